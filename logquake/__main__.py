@@ -1,0 +1,3 @@
+from logquake.cli import main
+
+raise SystemExit(main())

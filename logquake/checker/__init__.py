@@ -1,0 +1,1 @@
+"""History analyses (DESIGN.md §8)."""

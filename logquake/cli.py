@@ -1,0 +1,132 @@
+"""The `logquake` command line.
+
+This module alone catches `LogquakeError`: it prints `Name: message` and the hint in red,
+with no traceback, and exits 3 (`check` keeps 0 valid / 1 invalid / 2 unknown; Click's
+usage errors keep 2). Anything else is a logquake bug and keeps its traceback.
+
+Each command parses its flags here and hands off to the subpackage that does the work;
+no analysis, cluster or broker logic lives in this file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from logquake.errors import LogquakeError, NotImplementedYet
+
+EXIT_USER_ERROR = 3
+
+app = typer.Typer(
+    help="logquake: fault-injection testing for replicated logs (Kafka protocol).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+cluster_app = typer.Typer(help="Bring a lab cluster up, show it, tear it down.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+
+err_console = Console(stderr=True)
+
+
+def _not_yet(what: str, issue: int) -> NoReturn:
+    raise NotImplementedYet(
+        f"{what} is not implemented yet",
+        hint=f"tracked in issue #{issue}; nothing was run",
+    )
+
+
+@app.command()
+def run(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Test config YAML.")] = None,
+) -> None:
+    """Run one test: cluster up, workload + nemesis, heal, drain, analyse, store."""
+    from logquake.config import resolve_config
+
+    resolve_config(config)
+    _not_yet("`logquake run`", 6)
+
+
+@app.command()
+def check(
+    history: Annotated[Path, typer.Argument(help="A history.jsonl file (or a run directory).")],
+) -> None:
+    """Check a stored history; exit 0 valid, 1 invalid, 2 unknown."""
+    _not_yet("`logquake check`", 3)
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+    """Regenerate report.html for a run directory."""
+    _not_yet("`logquake report`", 9)
+
+
+@app.command()
+def serve(
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    results: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
+) -> None:
+    """Serve the results directory over HTTP (127.0.0.1 by default)."""
+    _not_yet("`logquake serve`", 9)
+
+
+@app.command()
+def broker(
+    node_id: Annotated[int, typer.Option("--node-id", help="This broker's node id.")],
+    config: Annotated[Path, typer.Option("--config", help="Node config YAML.")],
+) -> None:
+    """Run one broker process of the embedded replicated log."""
+    _not_yet("`logquake broker`", 4)
+
+
+@app.command("test-all")
+def test_all(
+    config: Annotated[Path | None, typer.Option("--config", help="Matrix YAML.")] = None,
+) -> None:
+    """Run a matrix of workloads x nemeses x broker modes."""
+    _not_yet("`logquake test-all`", 12)
+
+
+@cluster_app.command("up")
+def cluster_up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 5) -> None:
+    """Start a lab cluster."""
+    _not_yet("`logquake cluster up`", 5)
+
+
+@cluster_app.command("status")
+def cluster_status() -> None:
+    """Show the lab cluster's nodes."""
+    _not_yet("`logquake cluster status`", 5)
+
+
+@cluster_app.command("down")
+def cluster_down() -> None:
+    """Tear the lab cluster down, leaving nothing behind."""
+    _not_yet("`logquake cluster down`", 5)
+
+
+def report_error(e: LogquakeError) -> None:
+    """Print a user-facing error the one way logquake does it."""
+    err_console.print(f"[bold red]{type(e).__name__}:[/] {e}", highlight=False)
+    if e.hint:
+        err_console.print(f"[red]hint:[/] {e.hint}", highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `logquake` script."""
+    try:
+        app(args=argv, prog_name="logquake")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except LogquakeError as e:
+        report_error(e)
+        return EXIT_USER_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

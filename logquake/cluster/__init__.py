@@ -1,0 +1,1 @@
+"""Hosts (lab, docker, ssh, external) and the broker's lifecycle on them (DESIGN.md §4)."""

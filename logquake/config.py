@@ -1,0 +1,254 @@
+"""A test's configuration: one frozen value, resolved once from defaults, YAML and flags.
+
+Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
+
+    name              test name; the results land in results/<name>/<start time>/   ("queue")
+    workload          queue | pipeline | offsets                                     (queue)
+    backend           lab | docker | ssh | external                                  (lab)
+    nodes             number of broker nodes, 1-15                                   (5)
+    time_limit        seconds of the main phase (with faults)                        (60)
+    rate              target ops/s over all workers                                  (100)
+    concurrency       number of client workers                                       (10)
+    nemesis           faults to inject: partition, kill, pause, clock, disk,
+                      packet-loss (list, or comma-separated; empty = none)            ([])
+    nemesis_interval  mean seconds between fault start/stop flips                    (10)
+    txn               queue ops are transactions of 1-4 micro-ops                     (false)
+    sub_via           assign | subscribe                                             (assign)
+    client            confluent | kafka-python                                       (confluent)
+    guarantee         at-most-once | at-least-once | exactly-once                    (at-least-once)
+    seed              RNG seed for ops and faults; random if unset, stored in test.json
+    partitions        partitions per topic                                           (1)
+    replication_factor replicas per partition, at most `nodes`                       (3)
+    recovery_time     seconds to wait after the final heal before draining          (5)
+    drain_time        upper bound in seconds on the drain phase                      (30)
+    ignore            anomaly types not to count as bad, e.g. [unseen]               ([])
+    ww_deps           infer write-write order for the cycle search                   (true)
+    results_dir       where run directories go                                       (results)
+    broker            node config passed to every broker (fsync, unsafe: {...})      ({})
+    bootstrap_servers external backend: host:port list                               ([])
+    hosts             docker/ssh backends: per-node settings                         ([])
+
+Every error names the key, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import random
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from logquake.errors import ConfigError
+
+WORKLOADS = ("queue", "pipeline", "offsets")
+BACKENDS = ("lab", "docker", "ssh", "external")
+NEMESES = ("partition", "kill", "pause", "clock", "disk", "packet-loss")
+SUB_VIA = ("assign", "subscribe")
+CLIENTS = ("confluent", "kafka-python")
+GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestConfig:
+    """One test, fully resolved. See the module docstring for every key."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    name: str = "queue"
+    workload: str = "queue"
+    backend: str = "lab"
+    nodes: int = 5
+    time_limit: float = 60.0
+    rate: float = 100.0
+    concurrency: int = 10
+    nemesis: tuple[str, ...] = ()
+    nemesis_interval: float = 10.0
+    txn: bool = False
+    sub_via: str = "assign"
+    client: str = "confluent"
+    guarantee: str = "at-least-once"
+    seed: int | None = None
+    partitions: int = 1
+    replication_factor: int = 3
+    recovery_time: float = 5.0
+    drain_time: float = 30.0
+    ignore: tuple[str, ...] = ()
+    ww_deps: bool = True
+    results_dir: str = "results"
+    broker: dict[str, Any] = field(default_factory=dict)
+    bootstrap_servers: tuple[str, ...] = ()
+    hosts: tuple[dict[str, Any], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        return d
+
+    def with_seed(self) -> TestConfig:
+        """This config with a concrete seed (a random one if unset)."""
+        if self.seed is not None:
+            return self
+        return replace(self, seed=random.SystemRandom().randrange(2**31))
+
+
+KEYS = {f.name for f in fields(TestConfig)}
+
+
+def _as_list(key: str, value: Any) -> tuple[Any, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip() and v.strip() != "none")
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    raise ConfigError(key, f"expected a list or a comma-separated string, got {value!r}")
+
+
+def _number(key: str, value: Any, kind: type, lo: float, hi: float | None = None) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(key, f"expected a number, got {value!r}")
+    try:
+        n = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(key, f"expected {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if kind is int and isinstance(value, float) and value != n:
+        raise ConfigError(key, f"expected an integer, got {value!r}")
+    if n < lo or (hi is not None and n > hi):
+        bound = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
+        raise ConfigError(key, f"must be {bound}, got {value!r}")
+    return n
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(key, f"must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value.lower() in ("true", "yes", "on", "1")
+    raise ConfigError(key, f"expected true or false, got {value!r}")
+
+
+def _validate_value(key: str, value: Any) -> Any:
+    """The value of one key, normalised, or ConfigError."""
+    match key:
+        case "name" | "results_dir":
+            if not isinstance(value, str) or not value or "/" in value and key == "name":
+                raise ConfigError(key, f"expected a non-empty string without '/', got {value!r}")
+            return value
+        case "workload":
+            return _choice(key, value, WORKLOADS)
+        case "backend":
+            return _choice(key, value, BACKENDS)
+        case "sub_via":
+            return _choice(key, value, SUB_VIA)
+        case "client":
+            return _choice(key, value, CLIENTS)
+        case "guarantee":
+            return _choice(key, value, GUARANTEES)
+        case "nodes":
+            return _number(key, value, int, 1, 15)
+        case "concurrency":
+            return _number(key, value, int, 1, 1000)
+        case "partitions":
+            return _number(key, value, int, 1, 1000)
+        case "replication_factor":
+            return _number(key, value, int, 1, 15)
+        case "seed":
+            return None if value is None else _number(key, value, int, 0)
+        case "time_limit" | "rate" | "nemesis_interval":
+            n = _number(key, value, float, 0)
+            if n <= 0:
+                raise ConfigError(key, f"must be greater than 0, got {value!r}")
+            return n
+        case "recovery_time" | "drain_time":
+            return _number(key, value, float, 0)
+        case "txn" | "ww_deps":
+            return _bool(key, value)
+        case "nemesis":
+            faults = _as_list(key, value)
+            for fault in faults:
+                if fault not in NEMESES:
+                    raise ConfigError(key, f"unknown fault {fault!r}; allowed: {', '.join(NEMESES)}")
+            return tuple(dict.fromkeys(faults))
+        case "ignore" | "bootstrap_servers":
+            items = _as_list(key, value)
+            if not all(isinstance(i, str) for i in items):
+                raise ConfigError(key, f"expected a list of strings, got {value!r}")
+            return items
+        case "hosts":
+            items = _as_list(key, value)
+            if not all(isinstance(i, dict) for i in items):
+                raise ConfigError(key, f"expected a list of mappings, got {value!r}")
+            return items
+        case "broker":
+            if not isinstance(value, dict):
+                raise ConfigError(key, f"expected a mapping, got {value!r}")
+            return dict(value)
+    raise ConfigError(key, "unknown key")  # pragma: no cover - guarded by _check_key
+
+
+def _check_key(key: str, where: str) -> str:
+    norm = key.replace("-", "_")
+    if norm not in KEYS:
+        close = difflib.get_close_matches(norm, sorted(KEYS), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(KEYS))}"
+        raise ConfigError(key, f"unknown key in {where}", hint=hint)
+    return norm
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML config file, or ConfigError naming the file."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("config", f"no such file: {p}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError("config", f"{p} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{p} must hold a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def resolve_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> TestConfig:
+    """Defaults, then the YAML file, then flags (None values in `overrides` are unset flags)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        for key, value in load_yaml(path).items():
+            values[_check_key(str(key), str(path))] = value
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[_check_key(key, "flags")] = value
+    checked = {key: _validate_value(key, value) for key, value in values.items()}
+    cfg = TestConfig(**checked)
+    if cfg.replication_factor > cfg.nodes and cfg.backend != "external":
+        raise ConfigError(
+            "replication_factor",
+            f"must be at most nodes ({cfg.nodes}), got {cfg.replication_factor}",
+            hint="lower replication_factor or raise nodes",
+        )
+    return cfg
+
+
+def save_config(cfg: TestConfig, path: str | Path, **extra: Any) -> None:
+    """Write test.json: the resolved config plus run facts (start time, client configs...)."""
+    data = cfg.to_json()
+    data.update(extra)
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,256 @@
+"""The history: the contract between a run and its analysis (DESIGN.md §7).
+
+A history is a sequence of `Op`s in completion order, stored as JSON Lines
+(`history.jsonl`). This module alone reads and writes that file:
+
+- `HistoryWriter` appends one line per op and flushes it at once, fsyncing at least once a
+  second and at close, so a harness that is SIGKILLed leaves a readable history.
+- `read_history` streams ops back and checks the format as it goes; any malformed line
+  raises `HistoryFormatError` naming the file and line. A torn last line (the writer died
+  mid-write) is dropped with a warning rather than failing the whole history.
+
+Op semantics (Jepsen's): a client process invokes an op (`invoke`) and later completes it
+with `ok` (it happened), `fail` (it certainly did not happen) or `info` (unknown). A process
+never has two ops in flight, and after an `info` it is never used again. Process `"nemesis"`
+records faults as `info` ops and is exempt from the pairing rules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from logquake.errors import HistoryFormatError
+
+INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
+TYPES = frozenset({INVOKE, OK, FAIL, INFO})
+NEMESIS = "nemesis"
+CORE_FIELDS = ("index", "time", "process", "type", "f", "value")
+
+Process = int | str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Op:
+    """One history event. `extra` keeps any further fields (error, node, ...) verbatim."""
+
+    index: int = -1
+    time: int = 0
+    process: Process
+    type: str
+    f: str
+    value: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_invoke(self) -> bool:
+        return self.type == INVOKE
+
+    @property
+    def is_client(self) -> bool:
+        return self.process != NEMESIS
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """An extra field, e.g. `op.get("error")`."""
+        return self.extra.get(key, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "index": self.index,
+            "time": self.time,
+            "process": self.process,
+            "type": self.type,
+            "f": self.f,
+            "value": self.value,
+        }
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Op:
+        extra = {k: v for k, v in d.items() if k not in CORE_FIELDS}
+        return cls(
+            index=d["index"],
+            time=d["time"],
+            process=d["process"],
+            type=d["type"],
+            f=d["f"],
+            value=d.get("value"),
+            extra=extra,
+        )
+
+
+def encode_op(op: Op) -> str:
+    """One JSON line, without the newline."""
+    return json.dumps(op.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+
+class HistoryWriter:
+    """Appends ops to a history.jsonl as they complete; thread-safe.
+
+    The writer assigns dense indices (0, 1, 2, ...) in write order, so callers never
+    coordinate them. Each line is flushed to the OS at once; fsync runs when a second has
+    passed since the last one, and at close. Use as a context manager.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync_interval: float = 1.0) -> None:
+        self.path = Path(path)
+        self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+        self._next_index = 0
+        self._fsync_interval = fsync_interval
+        self._last_fsync = time.monotonic()
+
+    def write(self, op: Op) -> Op:
+        """Write `op` with the next index; returns the op as written."""
+        with self._lock:
+            op = replace(op, index=self._next_index)
+            self._next_index += 1
+            self._file.write(encode_op(op) + "\n")
+            self._file.flush()
+            now = time.monotonic()
+            if now - self._last_fsync >= self._fsync_interval:
+                os.fsync(self._file.fileno())
+                self._last_fsync = now
+            return op
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+    def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_history(path: str | os.PathLike[str], ops: Iterable[Op]) -> None:
+    """Write a whole history at once (tests, imports); indices are renumbered densely."""
+    with HistoryWriter(path) as w:
+        for op in ops:
+            w.write(op)
+
+
+class _Validator:
+    """Checks the pairing rules of a history as it streams past, one op at a time."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[Process, Op] = {}
+        self.retired: set[Process] = set()
+
+    def check(self, op: Op) -> str | None:
+        """The reason `op` breaks a rule, or None."""
+        p = op.process
+        if p == NEMESIS:
+            return None
+        if p in self.retired:
+            return f"process {p} is used again after its op ended with info"
+        if op.type == INVOKE:
+            if p in self.in_flight:
+                prev = self.in_flight[p]
+                return f"process {p} invokes a second op while op {prev.index} is still in flight"
+            self.in_flight[p] = op
+            return None
+        inv = self.in_flight.pop(p, None)
+        if inv is None:
+            return f"process {p} completes an op ({op.type} {op.f}) it never invoked"
+        if inv.f != op.f:
+            return f"process {p} invoked {inv.f!r} (op {inv.index}) but completed {op.f!r}"
+        if op.type == INFO:
+            self.retired.add(p)
+        return None
+
+
+def _parse_line(text: str) -> tuple[Op | None, str | None]:
+    """Decode one line into an op, or give the reason it is malformed."""
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON ({e.msg} at column {e.colno})"
+    if not isinstance(d, dict):
+        return None, f"expected a JSON object, got {type(d).__name__}"
+    for key in ("index", "time", "process", "type", "f"):
+        if key not in d:
+            return None, f"missing field {key!r}"
+    if d["type"] not in TYPES:
+        return None, f"unknown type {d['type']!r}; expected one of invoke, ok, fail, info"
+    if not isinstance(d["index"], int) or isinstance(d["index"], bool):
+        return None, f"index must be an integer, got {d['index']!r}"
+    if not isinstance(d["time"], int) or isinstance(d["time"], bool):
+        return None, f"time must be an integer (nanoseconds), got {d['time']!r}"
+    p = d["process"]
+    if not ((isinstance(p, int) and not isinstance(p, bool)) or p == NEMESIS):
+        return None, f"process must be an integer or \"nemesis\", got {p!r}"
+    if not isinstance(d["f"], str):
+        return None, f"f must be a string, got {d['f']!r}"
+    return Op.from_dict(d), None
+
+
+def read_history(path: str | os.PathLike[str], *, validate: bool = True) -> Iterator[Op]:
+    """Stream the ops of a history.jsonl file, checking its format.
+
+    Raises HistoryFormatError naming the line of the first problem. Blank lines are
+    skipped. A last line with no newline that does not parse is a torn write from a killed
+    harness: it is dropped with a warning.
+    """
+    path = Path(path)
+    try:
+        fh = open(path, encoding="utf-8")  # noqa: SIM115
+    except FileNotFoundError:
+        raise HistoryFormatError(str(path), 0, "no such file") from None
+    except IsADirectoryError:
+        raise HistoryFormatError(str(path), 0, "is a directory, not a history file") from None
+    validator = _Validator() if validate else None
+    with fh:
+        lineno = 0
+        for raw in fh:
+            lineno += 1
+            text = raw.strip()
+            if not text:
+                continue
+            op, problem = _parse_line(text)
+            if problem is not None:
+                if not raw.endswith("\n") and problem.startswith("not valid JSON"):
+                    warnings.warn(f"{path}:{lineno}: dropping a torn last line", stacklevel=2)
+                    return
+                raise HistoryFormatError(str(path), lineno, problem)
+            assert op is not None
+            if validator is not None:
+                rule = validator.check(op)
+                if rule is not None:
+                    raise HistoryFormatError(str(path), lineno, rule)
+            yield op
+
+
+def load_history(path: str | os.PathLike[str], *, validate: bool = True) -> list[Op]:
+    """The whole history as a list (see read_history)."""
+    return list(read_history(path, validate=validate))
+
+
+def pairs(ops: Iterable[Op]) -> Iterator[tuple[Op, Op | None]]:
+    """(invocation, completion) for every client op; completion None if it never finished."""
+    in_flight: dict[Process, Op] = {}
+    done: list[tuple[Op, Op | None]] = []
+    for op in ops:
+        if op.process == NEMESIS:
+            continue
+        if op.type == INVOKE:
+            in_flight[op.process] = op
+        else:
+            inv = in_flight.pop(op.process, None)
+            if inv is not None:
+                done.append((inv, op))
+    yield from done
+    yield from ((inv, None) for inv in in_flight.values())

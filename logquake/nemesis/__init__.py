@@ -1,0 +1,1 @@
+"""Faults and their schedule (DESIGN.md §5)."""

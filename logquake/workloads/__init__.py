@@ -1,0 +1,1 @@
+"""Generators and Kafka client adapters (DESIGN.md §6)."""

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set up (scripts/bootstrap.sh), then run one logquake test; arguments go to `logquake run`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+exec .venv/bin/logquake run "$@"

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def logquake(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "logquake", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_help_lists_every_command() -> None:
+    out = logquake("--help")
+    assert out.returncode == 0
+    for command in ("run", "check", "report", "serve", "cluster", "broker", "test-all"):
+        assert command in out.stdout
+
+
+def test_user_errors_are_one_red_line_not_a_traceback(tmp_path) -> None:
+    bad = tmp_path / "t.yaml"
+    bad.write_text("nodez: 3\n")
+    out = logquake("run", "--config", str(bad))
+    assert out.returncode == 3
+    assert "Traceback" not in out.stderr
+    assert "ConfigError" in out.stderr and "nodez" in out.stderr

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from logquake.config import TestConfig, resolve_config, save_config
+from logquake.errors import ConfigError
+
+
+def test_defaults() -> None:
+    cfg = resolve_config()
+    assert cfg == TestConfig()
+    assert cfg.backend == "lab" and cfg.nodes == 5 and cfg.client == "confluent"
+
+
+def test_yaml_then_flags(tmp_path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("nodes: 3\ntime-limit: 20\nnemesis: [partition, kill]\ntxn: yes\n")
+    cfg = resolve_config(path, {"time_limit": 30, "rate": None})
+    assert cfg.nodes == 3
+    assert cfg.time_limit == 30.0
+    assert cfg.rate == 100.0
+    assert cfg.nemesis == ("partition", "kill")
+    assert cfg.txn is True
+
+
+def test_comma_separated_nemesis_flag() -> None:
+    assert resolve_config(None, {"nemesis": "partition,pause"}).nemesis == ("partition", "pause")
+    assert resolve_config(None, {"nemesis": "none"}).nemesis == ()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "fragment"),
+    [
+        ({"nodes": 0}, "nodes", "between 1 and 15, got 0"),
+        ({"nodes": "many"}, "nodes", "expected an integer"),
+        ({"sub_via": "poll"}, "sub_via", "must be one of assign, subscribe"),
+        ({"nemesis": "partition,earthquake"}, "nemesis", "unknown fault 'earthquake'"),
+        ({"client": "java"}, "client", "confluent, kafka-python"),
+        ({"time_limit": -1}, "time_limit", "at least 0"),
+        ({"txn": "maybe"}, "txn", "expected true or false"),
+        ({"nodes": 3, "replication_factor": 5}, "replication_factor", "at most nodes (3)"),
+    ],
+)
+def test_errors_name_the_key(overrides, key, fragment) -> None:
+    with pytest.raises(ConfigError) as e:
+        resolve_config(None, overrides)
+    assert e.value.key == key
+    assert fragment in str(e.value)
+
+
+def test_unknown_key_suggests_the_close_one(tmp_path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("node: 3\n")
+    with pytest.raises(ConfigError) as e:
+        resolve_config(path)
+    assert e.value.key == "node"
+    assert e.value.hint == "did you mean 'nodes'?"
+
+
+def test_bad_yaml_names_the_line(tmp_path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("nodes: 3\nrate: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        resolve_config(path)
+
+
+def test_seed_is_resolved_and_saved(tmp_path) -> None:
+    cfg = resolve_config().with_seed()
+    assert isinstance(cfg.seed, int)
+    save_config(cfg, tmp_path / "test.json", start="now")
+    data = json.loads((tmp_path / "test.json").read_text())
+    assert data["seed"] == cfg.seed and data["start"] == "now"
+    assert resolve_config(None, {"seed": 7}).with_seed().seed == 7

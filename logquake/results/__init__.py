@@ -1,0 +1,1 @@
+"""Run store, HTML report, junit, web server (DESIGN.md §9)."""

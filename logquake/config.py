@@ -25,6 +25,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     ww_deps           infer write-write order for the cycle search                   (true)
     results_dir       where run directories go                                       (results)
     broker            node config passed to every broker (fsync, unsafe: {...})      ({})
+    producer          client producer settings, library-neutral: {acks: 1, retries: 0}
+                      (default acks=all, idempotent; acks=1 is for testing the harness)  ({})
     bootstrap_servers external backend: host:port list                               ([])
     hosts             docker/ssh backends: per-node settings                         ([])
 
@@ -80,6 +82,7 @@ class TestConfig:
     ww_deps: bool = True
     results_dir: str = "results"
     broker: dict[str, Any] = field(default_factory=dict)
+    producer: dict[str, Any] = field(default_factory=dict)
     bootstrap_servers: tuple[str, ...] = ()
     hosts: tuple[dict[str, Any], ...] = ()
 
@@ -191,6 +194,12 @@ def _validate_value(key: str, value: Any) -> Any:
             if not all(isinstance(i, dict) for i in items):
                 raise ConfigError(key, f"expected a list of mappings, got {value!r}")
             return items
+        case "producer":
+            if not isinstance(value, dict) or not set(value) <= {"acks", "retries"}:
+                raise ConfigError(key, f"expected a mapping with acks and/or retries, got {value!r}")
+            if "acks" in value and str(value["acks"]) not in ("all", "-1", "0", "1"):
+                raise ConfigError(key, f"acks must be all, -1, 0 or 1, got {value['acks']!r}")
+            return dict(value)
         case "broker":
             if not isinstance(value, dict):
                 raise ConfigError(key, f"expected a mapping, got {value!r}")

@@ -1,0 +1,163 @@
+"""Sequential models for the linearizability checker (Porcupine's `Model`, in Python).
+
+A model is a frozen record of pure functions, so adding one is writing a few functions and
+registering them in `MODELS`; the search in linear.py knows nothing about registers.
+
+    init()               the state before any op
+    step(state, op)      -> (allowed, next state): may `op` take effect in `state`, and what
+                         state follows. `op.known` is False for an indeterminate (info) op:
+                         its `value` is what was invoked, the outcome is not known.
+    equal(a, b)          state equality (default ==); used with `hash` for the search cache
+    hash(state)          a hashable stand-in for the state (default: the state itself)
+    partition(ops)       independent groups of ops, checked separately (P-compositionality);
+                         the default groups by `Operation.key`
+    describe(op)         an op in plain words; `describe_state(state)` likewise
+    keep(op)             False for ops that cannot change the state or constrain it (an
+                         indeterminate read), which the checker drops before searching
+
+States must be immutable: the search shares them between branches.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MODELS",
+    "Model",
+    "Operation",
+    "by_key",
+    "cas_register",
+    "get_model",
+    "identity",
+    "register",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One client op as the checker sees it: an interval [call, ret] and what it did.
+
+    `ret` is None for an indeterminate op (info, or never completed): it may take effect at
+    any time after `call`, or never. `value` is the completion's value when the op is known
+    (ok), else the invocation's. `key` is the independent key (None for a single object).
+    """
+
+    id: int
+    process: int | str
+    f: str
+    value: Any
+    known: bool
+    call: int
+    ret: int | None
+    key: Any = None
+    invoke_index: int = -1
+    complete_index: int | None = None
+
+
+def by_key(ops: Sequence[Operation]) -> list[list[Operation]]:
+    """Group ops by `key`, in order of first appearance."""
+    groups: dict[Any, list[Operation]] = {}
+    for op in ops:
+        groups.setdefault(op.key, []).append(op)
+    return list(groups.values())
+
+
+def _always(_op: Operation) -> bool:
+    return True
+
+
+def identity(state: Any) -> Hashable:
+    return state
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    """A sequential specification; see the module docstring for each function's contract."""
+
+    name: str
+    fs: frozenset[str]
+    init: Callable[[], Any]
+    step: Callable[[Any, Operation], tuple[bool, Any]]
+    describe: Callable[[Operation], str]
+    describe_state: Callable[[Any], str] = repr
+    equal: Callable[[Any, Any], bool] = operator.eq
+    hash: Callable[[Any], Hashable] = identity
+    partition: Callable[[Sequence[Operation]], list[list[Operation]]] = by_key
+    keep: Callable[[Operation], bool] = _always
+
+
+# --- registers -------------------------------------------------------------------------------
+# State: the register's value, None when never written (Jepsen's nil).
+
+
+def _register_step(state: Any, op: Operation) -> tuple[bool, Any]:
+    if op.f == "read":
+        return state == op.value, state
+    if op.f == "write":
+        return True, op.value
+    return False, state
+
+
+def _cas_register_step(state: Any, op: Operation) -> tuple[bool, Any]:
+    if op.f != "cas":
+        return _register_step(state, op)
+    old, new = op.value
+    # An indeterminate cas that would fail changes nothing: the same as never taking effect,
+    # which the search already explores, so refusing it here only prunes.
+    return state == old, new if state == old else state
+
+
+def _describe_register_op(op: Operation) -> str:
+    v = "nil" if op.value is None else repr(op.value)
+    if op.f == "read":
+        return f"read -> {v}"
+    if op.f == "write":
+        return f"write {v}" + ("" if op.known else " (indeterminate)")
+    if op.f == "cas":
+        old, new = op.value
+        outcome = "ok" if op.known else "indeterminate"
+        return f"cas {old!r} -> {new!r} ({outcome})"
+    return f"{op.f} {v}"
+
+
+def _describe_register_state(state: Any) -> str:
+    return "nil" if state is None else repr(state)
+
+
+def _keep_register_op(op: Operation) -> bool:
+    return op.known or op.f != "read"  # an indeterminate read constrains nothing
+
+
+register = Model(
+    name="register",
+    fs=frozenset({"read", "write"}),
+    init=lambda: None,
+    step=_register_step,
+    describe=_describe_register_op,
+    describe_state=_describe_register_state,
+    keep=_keep_register_op,
+)
+
+cas_register = Model(
+    name="cas-register",
+    fs=frozenset({"read", "write", "cas"}),
+    init=lambda: None,
+    step=_cas_register_step,
+    describe=_describe_register_op,
+    describe_state=_describe_register_state,
+    keep=_keep_register_op,
+)
+
+MODELS: dict[str, Model] = {m.name: m for m in (register, cas_register)}
+
+
+def get_model(name: str) -> Model:
+    """The model called `name`; raises KeyError naming the known ones."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; known models: {', '.join(sorted(MODELS))}") from None

@@ -1,0 +1,181 @@
+"""Kafka wire codec: frames in, decoded requests out; responses in, frames out.
+
+Sans-I/O and `KafkaProtocol`-shaped (kafka-python's parser, mirrored for the server side):
+`RequestDecoder.feed(bytes)` returns whole requests, `encode_response(...)` returns bytes.
+The message classes are kafka-python's JSON-schema `ApiMessage`s (exact pin in pyproject),
+so flexible versions, tagged fields and header versions come from the upstream schemas.
+
+A malformed frame is the peer's fault: the decoder raises `FrameError` for what makes the
+stream unusable (bad length: the connection must close) and returns a `BadRequest` for a
+frame whose body cannot be decoded (the server answers or closes, but keeps running).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+__all__ = [
+    "API_RANGES",
+    "ApiKey",
+    "BadRequest",
+    "FrameError",
+    "Request",
+    "RequestDecoder",
+    "encode_response",
+    "api_versions_error_response",
+]
+
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+
+class ApiKey:
+    """The Kafka API keys this broker speaks."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    INIT_PRODUCER_ID = 22
+
+
+# (min, max, request class, response class); the ranges are DESIGN.md §3's, one contiguous
+# range per API, and must stay within what kafka-python's schemas can decode.
+API_RANGES: dict[int, tuple[int, int, Any, Any]] = {
+    ApiKey.PRODUCE: (3, 9, ProduceRequest, ProduceResponse),
+    ApiKey.FETCH: (4, 12, FetchRequest, FetchResponse),
+    ApiKey.LIST_OFFSETS: (1, 7, ListOffsetsRequest, ListOffsetsResponse),
+    ApiKey.METADATA: (0, 12, MetadataRequest, MetadataResponse),
+    ApiKey.API_VERSIONS: (0, 3, ApiVersionsRequest, ApiVersionsResponse),
+    ApiKey.CREATE_TOPICS: (2, 5, CreateTopicsRequest, CreateTopicsResponse),
+    ApiKey.INIT_PRODUCER_ID: (0, 4, InitProducerIdRequest, InitProducerIdResponse),
+}
+
+UNSUPPORTED_VERSION = 35
+_HDR = struct.Struct(">hhi")
+
+
+class FrameError(Exception):
+    """The byte stream cannot be framed any more (bad size): close the connection."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """One decoded request: header fields plus the kafka-python body object."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BadRequest:
+    """A complete frame that could not be served; `reply` is a framed answer or None (close)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    reason: str
+    reply: bytes | None
+
+
+class RequestDecoder:
+    """Turns a TCP byte stream into `Request`s and `BadRequest`s, in arrival order."""
+
+    def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_frame_bytes
+
+    def feed(self, data: bytes) -> list[Request | BadRequest]:
+        """Add received bytes; return every request completed by them."""
+        self._buf += data
+        out: list[Request | BadRequest] = []
+        pos = 0
+        buf = self._buf
+        while len(buf) - pos >= 4:
+            (size,) = struct.unpack_from(">i", buf, pos)
+            if size < 8 or size > self._max:
+                raise FrameError(f"frame size {size} outside [8, {self._max}]")
+            if len(buf) - pos - 4 < size:
+                break
+            frame = bytes(buf[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            out.append(decode_request(frame))
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+def decode_request(frame: bytes) -> Request | BadRequest:
+    """Decode one unframed request; never raises for bad content."""
+    api_key, version, corr = _HDR.unpack_from(frame, 0)
+    spec = API_RANGES.get(api_key)
+    if spec is None:
+        return BadRequest(api_key=api_key, api_version=version, correlation_id=corr,
+                          reason=f"unsupported api key {api_key}", reply=None)
+    lo, hi, req_cls, _ = spec
+    if not lo <= version <= hi:
+        reply = api_versions_error_response(corr) if api_key == ApiKey.API_VERSIONS else None
+        return BadRequest(api_key=api_key, api_version=version, correlation_id=corr,
+                          reason=f"unsupported version {version} of api {api_key} (supported {lo}-{hi})",
+                          reply=reply)
+    try:
+        body = req_cls.decode(frame, version=version, header=True)
+    except Exception as e:  # noqa: BLE001 - any decode failure is the peer's malformed frame
+        return BadRequest(api_key=api_key, api_version=version, correlation_id=corr,
+                          reason=f"malformed {req_cls.__name__} v{version}: {type(e).__name__}: {e}",
+                          reply=None)
+    hdr = body.header
+    return Request(api_key=api_key, api_version=version, correlation_id=corr,
+                   client_id=hdr.client_id, body=body, size=len(frame))
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
+    """Frame a response object (a kafka-python response instance, or a dict of its fields)."""
+    resp_cls = API_RANGES[api_key][3]
+    if isinstance(body, dict):
+        body = resp_cls[version](**body)
+    elif body.API_VERSION != version:
+        body.API_VERSION = version
+    # The version must be set before the header: kafka-python's setter assumes a request header.
+    body.with_header(correlation_id=correlation_id)
+    return bytes(body.encode(header=True, framed=True))
+
+
+def api_version_entries() -> list[tuple[int, int, int]]:
+    return [(k, lo, hi) for k, (lo, hi, _, _) in sorted(API_RANGES.items())]
+
+
+def api_versions_error_response(correlation_id: int) -> bytes:
+    """The v0 UNSUPPORTED_VERSION answer that lets a too-new client fall back (KIP-511)."""
+    cls = ApiVersionsResponse[0]
+    body = cls(error_code=UNSUPPORTED_VERSION,
+               api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                         for k, lo, hi in api_version_entries()])
+    body.with_header(correlation_id=correlation_id)
+    return bytes(body.encode(header=True, framed=True))

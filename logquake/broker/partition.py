@@ -1,0 +1,135 @@
+"""The partition state machine: what every replica rebuilds from a partition's committed log.
+
+`apply(state, entry)` is deterministic and does no I/O: each replica applies the same
+committed Raft entries in the same order and ends with the same offsets, batch index and
+producer state. The leader assigned the Kafka offsets before proposing (records.py rewrote
+the base offsets), so apply only checks them; the high watermark is `state.next_offset`.
+
+Entry payloads are one kind byte and a body:
+
+    RECORDS  0x01 + record batches (v2, offsets already assigned)
+    (empty)  the Raft leader's no-op at the start of its term: changes no offsets
+
+Room for issue #7, kept in `PartitionState` and dispatched by kind: idempotent producer
+windows (rebuilt here through producer_state.apply_batch: the last 5 batches per producer
+id), transaction markers (control batches are RECORDS too; open transactions, the aborted
+index and the LSO follow from them) and consumer-group offsets (a further kind).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from logquake.broker import producer_state
+from logquake.broker.batches import BatchInfo
+from logquake.broker.records import BatchHeader, parse_batches
+
+__all__ = [
+    "KIND_RECORDS",
+    "ApplyResult",
+    "BatchRef",
+    "PartitionState",
+    "apply",
+    "records_payload",
+]
+
+KIND_RECORDS = 0x01
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchRef:
+    """Where a committed batch lives: Kafka offsets -> Raft index and byte range in the payload."""
+
+    base_offset: int
+    last_offset: int
+    raft_index: int
+    start: int  # byte position of the batch inside the entry's payload (after the kind byte)
+    length: int
+    max_timestamp: int
+
+
+@dataclass(kw_only=True)
+class PartitionState:
+    """Committed state of one partition. Mutated only by `apply`."""
+
+    next_offset: int = 0  # = high watermark: the offset after the last committed record
+    log_start_offset: int = 0
+    applied_index: int = 0
+    batches: list[BatchRef] = field(default_factory=list)
+    _bases: list[int] = field(default_factory=list)  # batches' base offsets, for bisect
+    producers: producer_state.ProducerStates = producer_state.EMPTY
+    last_term: int = 0  # term of the last applied entry (= leader epoch that wrote it)
+
+    def locate(self, offset: int) -> int:
+        """Index in `batches` of the batch holding `offset` (or the first after it)."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i >= 0 and self.batches[i].last_offset >= offset:
+            return i
+        return i + 1
+
+    def offset_for_timestamp(self, ts: int) -> int | None:
+        """First offset whose batch has max_timestamp >= ts (Kafka's ListOffsets), None if none."""
+        for b in self.batches:  # linear: ListOffsets by time is rare and logs here are short-lived
+            if b.max_timestamp >= ts:
+                return b.base_offset
+        return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApplyResult:
+    """What applying one entry did: the offsets it took (None for a no-op)."""
+
+    base_offset: int | None = None
+    last_offset: int | None = None
+
+
+class ApplyError(Exception):
+    """A committed entry contradicts the state: a bug (replicas would diverge)."""
+
+
+def records_payload(batches: bytes) -> bytes:
+    return bytes((KIND_RECORDS,)) + batches
+
+
+def apply(state: PartitionState, *, index: int, term: int, data: bytes) -> ApplyResult:
+    """Apply one committed entry (Raft index, term, payload) to `state`."""
+    state.applied_index = index
+    state.last_term = term
+    if not data:
+        return ApplyResult()
+    kind = data[0]
+    if kind == KIND_RECORDS:
+        return _apply_records(state, index, memoryview(data)[1:])
+    raise ApplyError(f"unknown entry kind {kind:#x} at index {index}")
+
+
+def _apply_records(state: PartitionState, index: int, body: memoryview) -> ApplyResult:
+    headers = parse_batches(body, verify_crc=False)  # the leader verified before proposing
+    first = state.next_offset
+    for h in headers:
+        base = int.from_bytes(body[h.start : h.start + 8], "big", signed=True)
+        if base != state.next_offset:
+            raise ApplyError(f"batch at index {index} has base offset {base}, expected {state.next_offset}")
+        last = base + h.last_offset_delta
+        state.batches.append(BatchRef(base_offset=base, last_offset=last, raft_index=index,
+                                      start=h.start, length=h.length, max_timestamp=h.max_timestamp))
+        state._bases.append(base)
+        _remember_producer(state, body, h, base)
+        state.next_offset = last + 1
+    return ApplyResult(base_offset=first, last_offset=state.next_offset - 1)
+
+
+def batch_info(body: bytes | memoryview, h: BatchHeader, base: int) -> BatchInfo:
+    """The #7 state machines' summary of a batch, from the header we already parsed."""
+    if h.is_control:  # the marker type lives in the record: let batches.py read it
+        return BatchInfo.parse(body[h.start : h.start + h.length], base_offset=base)
+    return BatchInfo(first_offset=base, record_count=h.last_offset_delta + 1, producer_id=h.producer_id,
+                     producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                     is_transactional=h.is_transactional, is_control=False)
+
+
+def _remember_producer(state: PartitionState, body: memoryview, h: BatchHeader, base: int) -> None:
+    if h.producer_id < 0:
+        return
+    state.producers = producer_state.apply_batch(state.producers, batch_info(body, h, base))

@@ -1,0 +1,132 @@
+"""The wire codec: kafka-python's own client-side encoders against our server-side decoder."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from logquake.broker.codec import (
+    API_RANGES,
+    BadRequest,
+    FrameError,
+    Request,
+    RequestDecoder,
+    encode_response,
+)
+from logquake.broker.records import InvalidRecords, batches_span, parse_batches, rewrite_batches
+
+
+def _frame(req, corr: int = 7) -> bytes:
+    req.with_header(correlation_id=corr, client_id="t")
+    return bytes(req.encode(header=True, framed=True))
+
+
+def test_decodes_flexible_and_old_versions_split_anywhere() -> None:
+    frames = [
+        _frame(ApiVersionsRequest[3](client_software_name="x", client_software_version="1"), 1),
+        _frame(MetadataRequest[0](topics=[MetadataRequest[0].MetadataRequestTopic(name="a")]), 2),
+        _frame(MetadataRequest[12](topics=None, allow_auto_topic_creation=True,
+                                   include_topic_authorized_operations=False), 3),
+    ]
+    data = b"".join(frames)
+    for split in (1, 3, 4, 5, len(data) - 1):
+        dec = RequestDecoder()
+        out = dec.feed(data[:split]) + dec.feed(data[split:])
+        assert [r.correlation_id for r in out] == [1, 2, 3]
+        assert all(isinstance(r, Request) for r in out)
+        assert out[1].body.topics[0].name == "a" and out[2].body.topics is None
+        assert out[0].client_id == "t"
+
+
+def test_too_new_api_versions_gets_v0_error_listing_ranges() -> None:
+    # A v4 request (newer than our 0-3) from a future client: header v2, then garbage body.
+    body = struct.pack(">hhi", 18, 4, 99) + struct.pack(">h", 1) + b"t" + b"\x00" + b"\x00\x00\x00"
+    (bad,) = RequestDecoder().feed(struct.pack(">i", len(body)) + body)
+    assert isinstance(bad, BadRequest) and bad.reply is not None
+    resp = ApiVersionsResponse.decode(bad.reply[4:], version=3, header=True)
+    assert resp.error_code == 35 and resp.header.correlation_id == 99
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert ranges == {k: (lo, hi) for k, (lo, hi, _, _) in API_RANGES.items()}
+    assert ranges[3] == (0, 12) and ranges[0] == (3, 9) and ranges[1] == (4, 12)
+
+
+def test_unsupported_api_and_version_close_without_reply() -> None:
+    for key, ver in ((4, 0), (0, 2), (0, 10), (3, 13)):
+        body = struct.pack(">hhih", key, ver, 5, -1)
+        (bad,) = RequestDecoder().feed(struct.pack(">i", len(body)) + body)
+        assert isinstance(bad, BadRequest) and bad.reply is None
+
+
+def test_bad_frame_sizes_raise_frame_error() -> None:
+    with pytest.raises(FrameError):
+        RequestDecoder().feed(struct.pack(">i", -5) + b"x" * 10)
+    with pytest.raises(FrameError):
+        RequestDecoder(max_frame_bytes=1024).feed(struct.pack(">i", 2000))
+
+
+def test_response_round_trip_through_kafka_python() -> None:
+    v = 12
+    cls = MetadataResponse[v]
+    body = cls(brokers=[cls.MetadataResponseBroker(node_id=1, host="h", port=9, rack=None)],
+               cluster_id="c", controller_id=1, topics=[])
+    out = encode_response(3, v, 42, body)
+    back = MetadataResponse.decode(out[4:], version=v, header=True)
+    assert back.header.correlation_id == 42 and back.brokers[0].port == 9
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=80), max_size=6), st.integers(0, 2))
+def test_fuzzed_frames_never_crash_the_decoder(chunks: list[bytes], framing: int) -> None:
+    """Any bytes: the decoder returns requests/bad requests or raises FrameError, nothing else."""
+    dec = RequestDecoder(max_frame_bytes=4096)
+    for c in chunks:
+        if framing == 1 and len(c) >= 8:
+            c = struct.pack(">i", len(c)) + c  # well framed, random content
+        elif framing == 2 and len(c) >= 8:  # a real header with random body
+            key = sorted(API_RANGES)[c[0] % len(API_RANGES)]
+            lo, hi = API_RANGES[key][:2]
+            c = struct.pack(">hhi", key, lo + c[1] % (hi - lo + 1), 1) + c[8:]
+            c = struct.pack(">i", len(c)) + c
+        try:
+            for r in dec.feed(c):
+                assert isinstance(r, Request | BadRequest)
+        except FrameError:
+            return
+
+
+def _batch(n: int, pid: int = -1) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
+                                  producer_epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
+                                  batch_size=1 << 20)
+    for i in range(n):
+        b.append(i, timestamp=1000 + i, key=None, value=b"v%d" % i, headers=[])
+    return bytes(b.build())
+
+
+def test_record_batches_rewrite_keeps_crc() -> None:
+    buf = _batch(3) + _batch(2)
+    hs = parse_batches(buf)
+    assert [h.record_count for h in hs] == [3, 2] and batches_span(hs) == 5
+    out = rewrite_batches(buf, hs, 100, 7)
+    hs2 = parse_batches(out)  # CRC still valid
+    assert struct.unpack_from(">q", out, hs2[1].start)[0] == 103
+    with pytest.raises(InvalidRecords):
+        parse_batches(buf[:-1])
+    bad = bytearray(buf)
+    bad[-1] ^= 1
+    with pytest.raises(InvalidRecords):
+        parse_batches(bytes(bad))
+
+
+def test_produce_request_with_records_decodes() -> None:
+    R = ProduceRequest[9]
+    req = R(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[R.TopicProduceData(
+        name="t", partition_data=[R.TopicProduceData.PartitionProduceData(index=0, records=_batch(2))])])
+    (r,) = RequestDecoder().feed(_frame(req))
+    assert parse_batches(r.body.topic_data[0].partition_data[0].records)[0].record_count == 2

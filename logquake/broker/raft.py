@@ -1,0 +1,875 @@
+"""Raft for one replication group, sans-I/O (the shape of etcd-io/raft's RawNode).
+
+A `RaftNode` is a pure object: the shell feeds it ticks (`tick`), peer messages (`step`) and
+proposals (`propose`), then drains a `Ready` (entries and hard state to persist, messages to
+send, committed entries to apply) and calls `advance(ready)` once the Ready is persisted. No
+sockets, files, clocks or threads live here, so the same code runs in the broker's asyncio loop
+and in the deterministic simulation of `logquake.broker.raftsim`.
+
+The shell's loop, for every node and group:
+
+    if node.has_ready():
+        rd = node.ready()
+        storage.append(rd.entries)               # truncating from rd.entries[0].index if needed
+        if rd.hard_state: storage.save_hard_state(rd.hard_state)
+        send(rd.messages)                        # only after the two lines above are durable
+        if rd.rewind_to is not None: state_machine.truncate_to(rd.rewind_to)
+        state_machine.apply(rd.committed)        # in order
+        node.advance(rd)
+
+At most one Ready is outstanding: `has_ready()` is False and `ready()` raises until `advance`.
+`tick`, `step` and `propose` may be called between `ready()` and `advance()`; messages they
+produce wait for the next Ready, which is what makes "answer only after persisting" hold.
+
+Rules this implementation keeps (Raft paper §5, thesis §9.6 for pre-vote and check-quorum):
+- The leader counts its own log toward a majority only up to the index it has persisted
+  (advanced); it commits only entries of its own term by counting (§5.4.2); a new leader
+  appends a no-op (`Entry.data == b""`) so earlier-term entries commit through it.
+- Pre-vote: a node campaigns for term+1 only after a majority says it would vote for it, so a
+  node rejoining from a partition does not bump terms and depose a healthy leader.
+- Check-quorum: a leader that heard from no majority within an election timeout steps down,
+  and a node that heard from a leader within that time ignores vote requests (the lease).
+- Log conflicts are resolved with the follower's hint (largest index whose term is <= the
+  leader's term at the probe index), so one round trip skips a whole term.
+- `RaftConfig.unclean_election` (the broker's unsafe `election: unclean`) is read at exactly
+  one place, `_log_ok`: voters then ignore log freshness, so a stale node can win and truncate
+  committed entries on the others. Followers then rewind (`Ready.rewind_to`) instead of
+  crashing, so the loss is observable by the history checker.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+__all__ = [
+    "CANDIDATE",
+    "FOLLOWER",
+    "LEADER",
+    "PRECANDIDATE",
+    "Entry",
+    "HardState",
+    "Message",
+    "MessageDecodeError",
+    "MsgKind",
+    "RaftConfig",
+    "RaftNode",
+    "Ready",
+    "decode_messages",
+    "encode_messages",
+]
+
+FOLLOWER, CANDIDATE, PRECANDIDATE, LEADER = "follower", "candidate", "precandidate", "leader"
+
+
+class MsgKind(IntEnum):
+    """What a `Message` asks or answers. Heartbeats stay a distinct kind so the shell can batch
+    every group's heartbeats between two nodes into one network message."""
+
+    PREVOTE = 1
+    PREVOTE_RESP = 2
+    VOTE = 3
+    VOTE_RESP = 4
+    APPEND = 5
+    APPEND_RESP = 6
+    HEARTBEAT = 7
+    HEARTBEAT_RESP = 8
+
+
+_KINDS = {int(k): k for k in MsgKind}
+
+
+# Entry and Message are positional (hot path, and the agreed call shape) yet frozen with slots.
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One log entry. `data == b""` is the no-op a new leader appends at the start of its term;
+    the broker puts a whole Kafka record batch (or a metadata command) in one entry."""
+
+    term: int
+    index: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A Raft message between two nodes of one group.
+
+    Field use by kind (the paper's names in brackets):
+    - PREVOTE/VOTE: term = proposed term, log_term/index = candidate's last log term/index.
+    - *_RESP of votes: reject = not granted; term = the proposed term when granted.
+    - APPEND: index/log_term = prevLogIndex/prevLogTerm, entries, commit = leaderCommit.
+    - APPEND_RESP: success -> index = last index now matching the leader; reject -> index =
+      the rejected prevLogIndex, reject_hint/log_term = the follower's suggested probe point.
+    - HEARTBEAT: commit = min(follower's match, leader commit), index = leader's tick counter;
+      HEARTBEAT_RESP echoes that index (so the leader can tell an append was lost).
+    """
+
+    kind: MsgKind
+    group: str
+    frm: int
+    to: int
+    term: int
+    log_term: int = 0
+    index: int = 0
+    entries: tuple[Entry, ...] = ()
+    commit: int = 0
+    reject: bool = False
+    reject_hint: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be durable before messages go out: term and vote (for safety) and commit
+    (advisory: a restarted node learns the commit index again from the leader)."""
+
+    term: int
+    vote: int | None
+    commit: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ready:
+    """Work for the shell, in this order: persist `entries` (if `entries[0].index` is at or
+    below the last persisted index, truncate from there first) and `hard_state` (when not
+    None); then send `messages`; then, if `rewind_to` is not None, roll the state machine back
+    to that index (only after an unclean election lost committed entries); then apply
+    `committed` in order; then `advance(ready)`."""
+
+    hard_state: HardState | None = None
+    entries: tuple[Entry, ...] = ()
+    messages: tuple[Message, ...] = ()
+    committed: tuple[Entry, ...] = ()
+    rewind_to: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RaftConfig:
+    """Tuning and safety knobs of one group.
+
+    Args:
+        election_ticks: followers wait a random [election_ticks, 2*election_ticks) ticks without
+            hearing from a leader before campaigning; also the check-quorum window and lease.
+        heartbeat_ticks: a leader sends heartbeats every this many ticks.
+        pre_vote: campaign for term+1 only after a majority would vote (no disruption).
+        check_quorum: leaders step down without a majority; followers honour a leader lease.
+        unclean_election: UNSAFE (`election: unclean`): voters ignore log freshness.
+        max_append_entries / max_append_bytes: cap on one append message.
+        max_inflight: appends in flight per follower before the leader waits for acks.
+        resend_ticks: an append unacked while a heartbeat sent this many ticks later came
+            back is presumed lost; the leader then probes again.
+    """
+
+    election_ticks: int = 10
+    heartbeat_ticks: int = 1
+    pre_vote: bool = True
+    check_quorum: bool = True
+    unclean_election: bool = False
+    max_append_entries: int = 256
+    max_append_bytes: int = 4 << 20
+    max_inflight: int = 64
+    resend_ticks: int = 3
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
+            raise ValueError(
+                f"need 1 <= heartbeat_ticks < election_ticks, got {self.heartbeat_ticks} and {self.election_ticks}"
+            )
+        if self.max_append_entries < 1 or self.max_inflight < 1 or self.max_append_bytes < 1:
+            raise ValueError("max_append_entries, max_append_bytes and max_inflight must be >= 1")
+        if self.resend_ticks < 1:
+            raise ValueError(f"resend_ticks must be >= 1, got {self.resend_ticks}")
+
+
+class _Progress:
+    """The leader's view of one follower (etcd's tracker.Progress, reduced)."""
+
+    __slots__ = ("match", "next", "replicate", "probe_sent", "inflight", "recent_active")
+
+    def __init__(self, next_index: int) -> None:
+        self.match = 0
+        self.next = next_index
+        self.replicate = False  # False: probe one append at a time; True: pipeline
+        self.probe_sent = False
+        self.inflight: deque[tuple[int, int]] = deque()  # (last index sent, leader tick)
+        self.recent_active = True
+
+    def become_probe(self) -> None:
+        self.replicate = False
+        self.probe_sent = False
+        self.inflight.clear()
+        self.next = self.match + 1
+
+    def become_replicate(self) -> None:
+        self.replicate = True
+        self.probe_sent = False
+        self.inflight.clear()
+        self.next = self.match + 1
+
+
+class RaftNode:
+    """One member of one Raft group. See the module docstring for the shell's contract.
+
+    Args:
+        group: the group's name, stamped on every message (a partition, or the metadata group).
+        node_id: this node's id; must be one of `voters`.
+        voters: every member's id (fixed membership).
+        config: `RaftConfig`.
+        rng: the only source of randomness (election timeouts), so simulations are seeded.
+        hard_state, entries: what `SegmentLog.load()` returned, to restart from disk. `entries`
+            must be the contiguous log from index 1.
+        applied: entries up to this index are already reflected in the state machine and are
+            not delivered again in `Ready.committed` (0: replay the committed log on restart).
+    """
+
+    def __init__(
+        self,
+        *,
+        group: str,
+        node_id: int,
+        voters: Sequence[int],
+        config: RaftConfig | None = None,
+        rng: random.Random,
+        hard_state: HardState | None = None,
+        entries: Sequence[Entry] = (),
+        applied: int = 0,
+    ) -> None:
+        if node_id not in voters:
+            raise ValueError(f"node_id {node_id} is not among voters {list(voters)}")
+        self.group = group
+        self.id = node_id
+        self.voters = tuple(sorted(set(voters)))
+        self._peers = tuple(v for v in self.voters if v != node_id)
+        self._quorum = len(self.voters) // 2 + 1
+        self.cfg = config or RaftConfig()
+        self._rng = rng
+        log = list(entries)
+        if log and (log[0].index != 1 or log[-1].index != len(log)):
+            raise ValueError("entries must be the contiguous log starting at index 1")
+        self._log: list[Entry] = log  # index i lives at position i-1
+        hs = hard_state or HardState(0, None, 0)
+        self._term = hs.term
+        self._vote = hs.vote
+        self._commit = min(hs.commit, len(log))
+        self._persisted_hs = HardState(self._term, self._vote, self._commit)
+        self._stable = len(log)  # last index known durable (advanced)
+        self._handed = len(log)  # last index handed out in a Ready
+        self._applied = min(applied, self._commit)  # last index handed out as committed
+        self._rewind: int | None = None
+        self._outstanding = False
+        self._msgs: list[Message] = []
+        self._role = FOLLOWER
+        self._leader: int | None = None
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._timeout = 0
+        self._ticks = 0
+        self._votes: dict[int, bool] = {}
+        self._progress: dict[int, _Progress] = {}
+        self._bcast = False
+        self.committed_truncations = 0  # committed entries this node lost (unclean only)
+        self._reset_timers()
+
+    # ---- read-only state -------------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._leader
+
+    @property
+    def term(self) -> int:
+        return self._term
+
+    @property
+    def vote(self) -> int | None:
+        return self._vote
+
+    @property
+    def commit_index(self) -> int:
+        return self._commit
+
+    @property
+    def last_index(self) -> int:
+        return len(self._log)
+
+    @property
+    def last_term(self) -> int:
+        return self._log[-1].term if self._log else 0
+
+    @property
+    def stable_index(self) -> int:
+        """Last index persisted (its Ready advanced)."""
+        return self._stable
+
+    @property
+    def applied_index(self) -> int:
+        """Last index handed out in `Ready.committed`."""
+        return self._applied
+
+    def entry(self, index: int) -> Entry | None:
+        """The entry at `index`, or None when the log does not reach it."""
+        if 1 <= index <= len(self._log):
+            return self._log[index - 1]
+        return None
+
+    def entries_from(self, index: int, max_entries: int | None = None) -> tuple[Entry, ...]:
+        """Entries from `index` to the end of the log (at most `max_entries` of them)."""
+        start = max(index, 1) - 1
+        stop = len(self._log) if max_entries is None else min(len(self._log), start + max_entries)
+        return tuple(self._log[start:stop])
+
+    def term_at(self, index: int) -> int | None:
+        """The term of the entry at `index` (0 for index 0), None beyond the log."""
+        if index == 0:
+            return 0
+        if 1 <= index <= len(self._log):
+            return self._log[index - 1].term
+        return None
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able snapshot for logs and debugging."""
+        st: dict[str, Any] = {
+            "group": self.group,
+            "id": self.id,
+            "role": self._role,
+            "term": self._term,
+            "vote": self._vote,
+            "leader": self._leader,
+            "commit": self._commit,
+            "applied": self._applied,
+            "last_index": self.last_index,
+            "last_term": self.last_term,
+            "stable": self._stable,
+            "committed_truncations": self.committed_truncations,
+        }
+        if self._role == LEADER:
+            st["progress"] = {
+                p: {"match": pr.match, "next": pr.next, "state": "replicate" if pr.replicate else "probe",
+                    "inflight": len(pr.inflight), "active": pr.recent_active}
+                for p, pr in self._progress.items()
+            }
+        return st
+
+    # ---- inputs ------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One unit of logical time (the shell calls it on a timer)."""
+        if self._role == LEADER:
+            self._tick_leader()
+            return
+        self._election_elapsed += 1
+        if self._election_elapsed >= self._timeout:
+            self._election_elapsed = 0
+            self.campaign()
+
+    def campaign(self) -> None:
+        """Start an election now (pre-vote first when configured). No-op for a leader."""
+        if self._role == LEADER:
+            return
+        if self.cfg.pre_vote:
+            self._become_precandidate()
+        else:
+            self._become_candidate()
+
+    def propose(self, data: bytes) -> int | None:
+        """Append `data` as a new entry if this node leads; returns its index, else None.
+
+        The entry is committed once it shows up in some `Ready.committed` with this term;
+        if leadership changes first it may be overwritten (compare the term)."""
+        if self._role != LEADER:
+            return None
+        index = len(self._log) + 1
+        self._log.append(Entry(self._term, index, data))
+        self._bcast = True  # appends go out at the next Ready, batching proposals
+        return index
+
+    def step(self, m: Message) -> None:
+        """Feed one message addressed to this node."""
+        if m.group != self.group:
+            raise ValueError(f"message for group {m.group!r} stepped into group {self.group!r}")
+        if m.to != self.id or m.frm == self.id or m.frm not in self.voters:
+            return
+        k = m.kind
+        if m.term > self._term:
+            if k is MsgKind.PREVOTE or k is MsgKind.VOTE:
+                in_lease = (
+                    self.cfg.check_quorum
+                    and self._leader is not None
+                    and self._election_elapsed < self.cfg.election_ticks
+                )
+                if in_lease:
+                    return
+            if k is MsgKind.PREVOTE or (k is MsgKind.PREVOTE_RESP and not m.reject):
+                pass  # pre-vote traffic never changes our term
+            else:
+                lead = m.frm if (k is MsgKind.APPEND or k is MsgKind.HEARTBEAT) else None
+                self._become_follower(m.term, lead)
+        elif m.term < self._term:
+            if (k is MsgKind.APPEND or k is MsgKind.HEARTBEAT) and (self.cfg.check_quorum or self.cfg.pre_vote):
+                # A stale leader learns our term and steps down (we may have been cut off and
+                # bumped our term; without this it would never hear of it).
+                self._send(MsgKind.APPEND_RESP, m.frm)
+            elif k is MsgKind.PREVOTE:
+                self._send(MsgKind.PREVOTE_RESP, m.frm, reject=True)
+            return
+        if k is MsgKind.PREVOTE or k is MsgKind.VOTE:
+            self._handle_vote_request(m)
+        elif self._role == LEADER:
+            self._step_leader(m)
+        elif self._role == FOLLOWER:
+            self._step_follower(m)
+        else:
+            self._step_candidate(m)
+
+    # ---- Ready / advance -----------------------------------------------------------------
+
+    def has_ready(self) -> bool:
+        """True when `ready()` has work (and no Ready is outstanding)."""
+        if self._outstanding:
+            return False
+        self._flush()
+        return bool(
+            self._msgs
+            or len(self._log) > self._handed
+            or self._commit > self._applied
+            or self._rewind is not None
+            or self._hard_state_changed()
+        )
+
+    def ready(self) -> Ready:
+        """Hand out the pending work. Call `advance(ready)` once it is persisted."""
+        if self._outstanding:
+            raise RuntimeError("ready() called again before advance() of the previous Ready")
+        self._flush()
+        hs = None
+        if self._hard_state_changed():
+            hs = HardState(self._term, self._vote, self._commit)
+        entries = tuple(self._log[self._handed :]) if len(self._log) > self._handed else ()
+        committed = tuple(self._log[self._applied : self._commit]) if self._commit > self._applied else ()
+        rd = Ready(
+            hard_state=hs, entries=entries, messages=tuple(self._msgs), committed=committed, rewind_to=self._rewind
+        )
+        self._msgs = []
+        self._handed = len(self._log)
+        self._applied = self._commit
+        self._rewind = None
+        self._outstanding = True
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        """`rd` is persisted (and its messages sent, committed entries applied)."""
+        self._outstanding = False
+        if rd.hard_state is not None:
+            self._persisted_hs = rd.hard_state
+        if rd.entries:
+            last = rd.entries[-1]
+            # The log may have been truncated meanwhile; same term at the index means same
+            # prefix (log matching), so the persisted copy is still ours.
+            if self.term_at(last.index) == last.term and last.index > self._stable:
+                self._stable = last.index
+            if self._role == LEADER:
+                self._progress[self.id].match = self._stable
+                if self._maybe_commit():
+                    self._bcast = True
+
+    # ---- roles ---------------------------------------------------------------------------
+
+    def _reset_timers(self) -> None:
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._timeout = self.cfg.election_ticks + self._rng.randrange(self.cfg.election_ticks)
+        self._votes = {}
+        self._progress = {}
+        self._bcast = False
+
+    def _become_follower(self, term: int, leader: int | None) -> None:
+        if term != self._term:
+            self._term = term
+            self._vote = None
+        self._role = FOLLOWER
+        self._leader = leader
+        self._reset_timers()
+
+    def _become_precandidate(self) -> None:
+        self._role = PRECANDIDATE
+        self._leader = None
+        self._reset_timers()
+        self._votes = {self.id: True}
+        if self._quorum == 1:
+            self._become_candidate()
+            return
+        for p in self._peers:
+            self._msgs.append(
+                Message(MsgKind.PREVOTE, self.group, self.id, p, self._term + 1, self.last_term, self.last_index)
+            )
+
+    def _become_candidate(self) -> None:
+        self._term += 1
+        self._vote = self.id
+        self._role = CANDIDATE
+        self._leader = None
+        self._reset_timers()
+        self._votes = {self.id: True}
+        if self._quorum == 1:
+            self._become_leader()
+            return
+        for p in self._peers:
+            self._msgs.append(
+                Message(MsgKind.VOTE, self.group, self.id, p, self._term, self.last_term, self.last_index)
+            )
+
+    def _become_leader(self) -> None:
+        self._role = LEADER
+        self._leader = self.id
+        self._reset_timers()
+        nxt = len(self._log) + 1
+        self._progress = {v: _Progress(nxt) for v in self.voters}
+        self._progress[self.id].match = self._stable
+        self._log.append(Entry(self._term, nxt, b""))  # the no-op that commits earlier terms
+        for p in self._peers:
+            self._send_append(p)
+
+    # ---- voting ---------------------------------------------------------------------------
+
+    def _log_ok(self, log_term: int, index: int) -> bool:
+        """Is a candidate's log at least as up to date as ours (§5.4.1)?"""
+        if self.cfg.unclean_election:
+            return True  # UNSAFE `election: unclean`: the one place this flag is read
+        lt = self.last_term
+        return log_term > lt or (log_term == lt and index >= len(self._log))
+
+    def _handle_vote_request(self, m: Message) -> None:
+        pre = m.kind is MsgKind.PREVOTE
+        resp = MsgKind.PREVOTE_RESP if pre else MsgKind.VOTE_RESP
+        can_vote = (
+            self._vote == m.frm
+            or (self._vote is None and self._leader is None)
+            or (pre and m.term > self._term)
+        )
+        if can_vote and self._log_ok(m.log_term, m.index):
+            self._msgs.append(Message(resp, self.group, self.id, m.frm, m.term))
+            if not pre:
+                self._election_elapsed = 0
+                self._vote = m.frm
+        else:
+            self._send(resp, m.frm, reject=True)
+
+    def _step_candidate(self, m: Message) -> None:
+        k = m.kind
+        if k is MsgKind.APPEND or k is MsgKind.HEARTBEAT:
+            self._become_follower(self._term, m.frm)  # someone won this term
+            self._step_follower(m)
+            return
+        pre = self._role == PRECANDIDATE
+        if pre and k is MsgKind.PREVOTE_RESP:
+            if not m.reject and m.term != self._term + 1:
+                return  # a grant from an earlier pre-campaign
+        elif not (not pre and k is MsgKind.VOTE_RESP):
+            return
+        self._votes.setdefault(m.frm, not m.reject)
+        granted = sum(self._votes.values())
+        if granted >= self._quorum:
+            if pre:
+                self._become_candidate()
+            else:
+                self._become_leader()
+        elif len(self._votes) - granted >= self._quorum:
+            self._become_follower(self._term, None)
+
+    # ---- follower -------------------------------------------------------------------------
+
+    def _step_follower(self, m: Message) -> None:
+        k = m.kind
+        if k is MsgKind.APPEND:
+            self._election_elapsed = 0
+            self._leader = m.frm
+            self._handle_append(m)
+        elif k is MsgKind.HEARTBEAT:
+            self._election_elapsed = 0
+            self._leader = m.frm
+            if m.commit > self._commit:
+                self._commit = min(m.commit, len(self._log))
+            self._msgs.append(Message(MsgKind.HEARTBEAT_RESP, self.group, self.id, m.frm, self._term, index=m.index))
+
+    def _handle_append(self, m: Message) -> None:
+        if self.term_at(m.index) == m.log_term:
+            last_new = m.index + len(m.entries)
+            if m.entries:
+                self._append_from_leader(m.entries)
+            c = min(m.commit, last_new)
+            if c > self._commit:
+                self._commit = c
+            self._msgs.append(Message(MsgKind.APPEND_RESP, self.group, self.id, m.frm, self._term, index=last_new))
+            return
+        hint = self._find_conflict_by_term(min(m.index, len(self._log)), m.log_term)
+        self._msgs.append(
+            Message(
+                MsgKind.APPEND_RESP, self.group, self.id, m.frm, self._term,
+                log_term=self.term_at(hint) or 0, index=m.index, reject=True, reject_hint=hint,
+            )
+        )
+
+    def _append_from_leader(self, ents: tuple[Entry, ...]) -> None:
+        log = self._log
+        n = len(log)
+        for j, e in enumerate(ents):
+            i = e.index
+            if i > n:
+                log.extend(ents[j:])
+                return
+            if log[i - 1].term != e.term:
+                self._truncate(i)
+                log.extend(ents[j:])
+                return
+
+    def _truncate(self, index: int) -> None:
+        """Drop the log from `index` on (a conflicting suffix)."""
+        del self._log[index - 1 :]
+        keep = index - 1
+        self._stable = min(self._stable, keep)
+        self._handed = min(self._handed, keep)
+        if keep < self._commit:
+            # Only reachable after an unclean election: committed entries are being lost.
+            self.committed_truncations += 1
+            self._commit = keep
+            if keep < self._applied:
+                self._applied = keep
+                self._rewind = keep if self._rewind is None else min(self._rewind, keep)
+
+    def _find_conflict_by_term(self, index: int, term: int) -> int:
+        """The largest index <= `index` whose term is <= `term` (terms only grow along a log)."""
+        if index <= 0:
+            return 0
+        return bisect_right(self._log, term, hi=index, key=_entry_term)
+
+    # ---- leader ---------------------------------------------------------------------------
+
+    def _tick_leader(self) -> None:
+        self._ticks += 1
+        self._election_elapsed += 1
+        self._heartbeat_elapsed += 1
+        if self._election_elapsed >= self.cfg.election_ticks:
+            self._election_elapsed = 0
+            if self.cfg.check_quorum:
+                active = 1
+                for p in self._peers:
+                    pr = self._progress[p]
+                    active += pr.recent_active
+                    pr.recent_active = False
+                if active < self._quorum:
+                    self._become_follower(self._term, None)
+                    return
+        if self._heartbeat_elapsed >= self.cfg.heartbeat_ticks:
+            self._heartbeat_elapsed = 0
+            for p in self._peers:
+                c = min(self._progress[p].match, self._commit)
+                self._msgs.append(
+                    Message(MsgKind.HEARTBEAT, self.group, self.id, p, self._term, index=self._ticks, commit=c)
+                )
+
+    def _step_leader(self, m: Message) -> None:
+        pr = self._progress.get(m.frm)
+        if pr is None:
+            return
+        k = m.kind
+        if k is MsgKind.APPEND_RESP:
+            pr.recent_active = True
+            if m.reject:
+                self._handle_reject(m.frm, pr, m)
+                return
+            if m.index > pr.match:
+                pr.match = m.index
+                if self._maybe_commit():
+                    self._bcast = True
+            if pr.replicate:
+                infl = pr.inflight
+                while infl and infl[0][0] <= m.index:
+                    infl.popleft()
+                if pr.next <= pr.match:
+                    pr.next = pr.match + 1
+            else:
+                pr.become_replicate()
+            while self._send_append(m.frm):
+                pass
+        elif k is MsgKind.HEARTBEAT_RESP:
+            pr.recent_active = True
+            if pr.replicate:
+                if pr.inflight and m.index - pr.inflight[0][1] >= self.cfg.resend_ticks:
+                    pr.become_probe()  # an append (or its answer) was lost
+            else:
+                pr.probe_sent = False
+            if pr.match < len(self._log):
+                self._send_append(m.frm)
+
+    def _handle_reject(self, p: int, pr: _Progress, m: Message) -> None:
+        if pr.replicate:
+            if m.index <= pr.match:
+                return  # stale
+        elif m.index != pr.next - 1:
+            return  # answer to an earlier probe
+        probe = m.reject_hint
+        if m.log_term > 0:
+            probe = self._find_conflict_by_term(min(probe, len(self._log)), m.log_term)
+        pr.become_probe()
+        pr.next = max(min(m.index, probe + 1), pr.match + 1)
+        self._send_append(p)
+
+    def _send_append(self, p: int) -> bool:
+        """Send `p` the next append if its flow control allows; False when nothing was sent."""
+        pr = self._progress[p]
+        if pr.replicate:
+            if len(pr.inflight) >= self.cfg.max_inflight:
+                return False
+        elif pr.probe_sent:
+            return False
+        log = self._log
+        prev = pr.next - 1
+        last = len(log)
+        if prev > last:  # defensive: next never passes our log end + 1
+            pr.next = last + 1
+            prev = last
+        hi = min(last, prev + self.cfg.max_append_entries)
+        if hi > prev + 1:
+            budget = self.cfg.max_append_bytes
+            i = prev
+            while i < hi:
+                budget -= len(log[i].data)
+                i += 1
+                if budget <= 0:
+                    break
+            hi = i
+        if pr.replicate and hi == prev:
+            return False  # nothing new; heartbeats carry the commit index
+        ents = tuple(log[prev:hi])
+        self._msgs.append(
+            Message(
+                MsgKind.APPEND, self.group, self.id, p, self._term,
+                log_term=log[prev - 1].term if prev else 0, index=prev, entries=ents, commit=self._commit,
+            )
+        )
+        if pr.replicate:
+            pr.next = hi + 1
+            pr.inflight.append((hi, self._ticks))
+        else:
+            pr.probe_sent = True
+        return True
+
+    def _maybe_commit(self) -> bool:
+        matches = sorted((pr.match for pr in self._progress.values()), reverse=True)
+        n = matches[self._quorum - 1]
+        if n > self._commit and self.term_at(n) == self._term:  # §5.4.2: own term only
+            self._commit = n
+            return True
+        return False
+
+    def _flush(self) -> None:
+        if self._bcast and self._role == LEADER:
+            self._bcast = False
+            for p in self._peers:
+                while self._send_append(p):
+                    pass
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _send(self, kind: MsgKind, to: int, *, reject: bool = False) -> None:
+        self._msgs.append(Message(kind, self.group, self.id, to, self._term, reject=reject))
+
+    def _hard_state_changed(self) -> bool:
+        ps = self._persisted_hs
+        return ps.term != self._term or ps.vote != self._vote or ps.commit != self._commit
+
+
+def _entry_term(e: Entry) -> int:
+    return e.term
+
+
+# ---- wire format -------------------------------------------------------------------------------
+
+
+class MessageDecodeError(ValueError):
+    """Bytes that are not a valid `encode_messages` frame (the peer's fault, never a crash)."""
+
+
+_VERSION = 1
+_FRAME = struct.Struct("<BI")  # version, message count
+# kind, flags(bit0=reject), group length, frm, to, term, log_term, index, commit, reject_hint, n_entries
+_MSG = struct.Struct("<BBHIIQQQQQI")
+_ENT = struct.Struct("<QQI")  # term, index, data length
+
+
+def encode_messages(msgs: Sequence[Message]) -> bytes:
+    """Pack messages into one compact binary frame (entry data is copied once, by join)."""
+    parts: list[bytes] = [_FRAME.pack(_VERSION, len(msgs))]
+    pack_msg = _MSG.pack
+    pack_ent = _ENT.pack
+    for m in msgs:
+        g = m.group.encode()
+        parts.append(
+            pack_msg(
+                m.kind, 1 if m.reject else 0, len(g), m.frm, m.to, m.term, m.log_term, m.index,
+                m.commit, m.reject_hint, len(m.entries),
+            )
+        )
+        parts.append(g)
+        for e in m.entries:
+            parts.append(pack_ent(e.term, e.index, len(e.data)))
+            parts.append(e.data)
+    return b"".join(parts)
+
+
+def decode_messages(buf: bytes | bytearray | memoryview) -> list[Message]:
+    """Inverse of `encode_messages`; raises `MessageDecodeError` on any malformed input."""
+    mv = memoryview(buf)
+    n = len(mv)
+    if n < _FRAME.size:
+        raise MessageDecodeError(f"frame of {n} bytes is shorter than its header")
+    version, count = _FRAME.unpack_from(mv, 0)
+    if version != _VERSION:
+        raise MessageDecodeError(f"unknown frame version {version}")
+    pos = _FRAME.size
+    out: list[Message] = []
+    unpack_msg = _MSG.unpack_from
+    unpack_ent = _ENT.unpack_from
+    msize, esize = _MSG.size, _ENT.size
+    for _ in range(count):
+        if pos + msize > n:
+            raise MessageDecodeError(f"truncated message header at byte {pos}")
+        kind, flags, glen, frm, to, term, log_term, index, commit, hint, nent = unpack_msg(mv, pos)
+        pos += msize
+        k = _KINDS.get(kind)
+        if k is None:
+            raise MessageDecodeError(f"unknown message kind {kind} at byte {pos - msize}")
+        if flags & ~1:
+            raise MessageDecodeError(f"unknown flags {flags:#x}")
+        if pos + glen > n:
+            raise MessageDecodeError("truncated group name")
+        try:
+            group = str(mv[pos : pos + glen], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise MessageDecodeError("group name is not UTF-8") from exc
+        pos += glen
+        if nent * esize > n - pos:
+            raise MessageDecodeError(f"{nent} entries cannot fit in the {n - pos} bytes left")
+        ents: list[Entry] = []
+        for _ in range(nent):
+            if pos + esize > n:
+                raise MessageDecodeError("truncated entry header")
+            et, ei, dlen = unpack_ent(mv, pos)
+            pos += esize
+            if pos + dlen > n:
+                raise MessageDecodeError("truncated entry data")
+            ents.append(Entry(et, ei, bytes(mv[pos : pos + dlen])))
+            pos += dlen
+        out.append(Message(k, group, frm, to, term, log_term, index, tuple(ents), commit, bool(flags & 1), hint))
+    if pos != n:
+        raise MessageDecodeError(f"{n - pos} trailing bytes after {count} messages")
+    return out

@@ -353,8 +353,13 @@ class RaftNode:
         }
         if self._role == LEADER:
             st["progress"] = {
-                p: {"match": pr.match, "next": pr.next, "state": "replicate" if pr.replicate else "probe",
-                    "inflight": len(pr.inflight), "active": pr.recent_active}
+                p: {
+                    "match": pr.match,
+                    "next": pr.next,
+                    "state": "replicate" if pr.replicate else "probe",
+                    "inflight": len(pr.inflight),
+                    "active": pr.recent_active,
+                }
                 for p, pr in self._progress.items()
             }
         return st
@@ -414,7 +419,9 @@ class RaftNode:
                 lead = m.frm if (k is MsgKind.APPEND or k is MsgKind.HEARTBEAT) else None
                 self._become_follower(m.term, lead)
         elif m.term < self._term:
-            if (k is MsgKind.APPEND or k is MsgKind.HEARTBEAT) and (self.cfg.check_quorum or self.cfg.pre_vote):
+            if (k is MsgKind.APPEND or k is MsgKind.HEARTBEAT) and (
+                self.cfg.check_quorum or self.cfg.pre_vote
+            ):
                 # A stale leader learns our term and steps down (we may have been cut off and
                 # bumped our term; without this it would never hear of it).
                 self._send(MsgKind.APPEND_RESP, m.frm)
@@ -456,7 +463,11 @@ class RaftNode:
         entries = tuple(self._log[self._handed :]) if len(self._log) > self._handed else ()
         committed = tuple(self._log[self._applied : self._commit]) if self._commit > self._applied else ()
         rd = Ready(
-            hard_state=hs, entries=entries, messages=tuple(self._msgs), committed=committed, rewind_to=self._rewind
+            hard_state=hs,
+            entries=entries,
+            messages=tuple(self._msgs),
+            committed=committed,
+            rewind_to=self._rewind,
         )
         self._msgs = []
         self._handed = len(self._log)
@@ -509,7 +520,9 @@ class RaftNode:
             return
         for p in self._peers:
             self._msgs.append(
-                Message(MsgKind.PREVOTE, self.group, self.id, p, self._term + 1, self.last_term, self.last_index)
+                Message(
+                    MsgKind.PREVOTE, self.group, self.id, p, self._term + 1, self.last_term, self.last_index
+                )
             )
 
     def _become_candidate(self) -> None:
@@ -598,7 +611,9 @@ class RaftNode:
             self._leader = m.frm
             if m.commit > self._commit:
                 self._commit = min(m.commit, len(self._log))
-            self._msgs.append(Message(MsgKind.HEARTBEAT_RESP, self.group, self.id, m.frm, self._term, index=m.index))
+            self._msgs.append(
+                Message(MsgKind.HEARTBEAT_RESP, self.group, self.id, m.frm, self._term, index=m.index)
+            )
 
     def _handle_append(self, m: Message) -> None:
         if self.term_at(m.index) == m.log_term:
@@ -608,13 +623,22 @@ class RaftNode:
             c = min(m.commit, last_new)
             if c > self._commit:
                 self._commit = c
-            self._msgs.append(Message(MsgKind.APPEND_RESP, self.group, self.id, m.frm, self._term, index=last_new))
+            self._msgs.append(
+                Message(MsgKind.APPEND_RESP, self.group, self.id, m.frm, self._term, index=last_new)
+            )
             return
         hint = self._find_conflict_by_term(min(m.index, len(self._log)), m.log_term)
         self._msgs.append(
             Message(
-                MsgKind.APPEND_RESP, self.group, self.id, m.frm, self._term,
-                log_term=self.term_at(hint) or 0, index=m.index, reject=True, reject_hint=hint,
+                MsgKind.APPEND_RESP,
+                self.group,
+                self.id,
+                m.frm,
+                self._term,
+                log_term=self.term_at(hint) or 0,
+                index=m.index,
+                reject=True,
+                reject_hint=hint,
             )
         )
 
@@ -673,7 +697,9 @@ class RaftNode:
             for p in self._peers:
                 c = min(self._progress[p].match, self._commit)
                 self._msgs.append(
-                    Message(MsgKind.HEARTBEAT, self.group, self.id, p, self._term, index=self._ticks, commit=c)
+                    Message(
+                        MsgKind.HEARTBEAT, self.group, self.id, p, self._term, index=self._ticks, commit=c
+                    )
                 )
 
     def _step_leader(self, m: Message) -> None:
@@ -752,8 +778,15 @@ class RaftNode:
         ents = tuple(log[prev:hi])
         self._msgs.append(
             Message(
-                MsgKind.APPEND, self.group, self.id, p, self._term,
-                log_term=log[prev - 1].term if prev else 0, index=prev, entries=ents, commit=self._commit,
+                MsgKind.APPEND,
+                self.group,
+                self.id,
+                p,
+                self._term,
+                log_term=log[prev - 1].term if prev else 0,
+                index=prev,
+                entries=ents,
+                commit=self._commit,
             )
         )
         if pr.replicate:
@@ -815,8 +848,17 @@ def encode_messages(msgs: Sequence[Message]) -> bytes:
         g = m.group.encode()
         parts.append(
             pack_msg(
-                m.kind, 1 if m.reject else 0, len(g), m.frm, m.to, m.term, m.log_term, m.index,
-                m.commit, m.reject_hint, len(m.entries),
+                m.kind,
+                1 if m.reject else 0,
+                len(g),
+                m.frm,
+                m.to,
+                m.term,
+                m.log_term,
+                m.index,
+                m.commit,
+                m.reject_hint,
+                len(m.entries),
             )
         )
         parts.append(g)
@@ -869,7 +911,9 @@ def decode_messages(buf: bytes | bytearray | memoryview) -> list[Message]:
                 raise MessageDecodeError("truncated entry data")
             ents.append(Entry(et, ei, bytes(mv[pos : pos + dlen])))
             pos += dlen
-        out.append(Message(k, group, frm, to, term, log_term, index, tuple(ents), commit, bool(flags & 1), hint))
+        out.append(
+            Message(k, group, frm, to, term, log_term, index, tuple(ents), commit, bool(flags & 1), hint)
+        )
     if pos != n:
         raise MessageDecodeError(f"{n - pos} trailing bytes after {count} messages")
     return out

@@ -1,0 +1,92 @@
+"""The `Host` protocol: how logquake reaches a node (Jepsen's `Remote`), and helpers on top.
+
+Every backend (lab, docker, ssh) implements only these five methods; the broker's lifecycle
+and every fault are written once over them. Commands are argument lists; `shell_join` is the
+one place that quotes them for a shell, so no caller ever builds a command string by hand.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal as _signal
+import time
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple, Protocol
+
+from logquake.errors import HostError
+
+__all__ = ["ExecResult", "Host", "shell_join", "run_checked", "spawn_script", "pid_alive", "wait_dead"]
+
+
+class ExecResult(NamedTuple):
+    rc: int
+    out: str
+    err: str
+
+
+class Host(Protocol):
+    """One node as the harness sees it. Implementations must not interpret commands."""
+
+    name: str
+
+    def exec(self, argv: Sequence[str], *, timeout: float = 60.0, input: str | None = None) -> ExecResult:
+        """Run argv on the node and wait; never raises for a non-zero exit (see run_checked)."""
+        ...
+
+    def put(self, local: str, remote: str) -> None:
+        """Copy a local file to `remote` on the node, creating parent directories."""
+        ...
+
+    def get(self, remote: str, local: str) -> None:
+        """Copy a file from the node to `local`."""
+        ...
+
+    def spawn(self, argv: Sequence[str], *, pidfile: str, logfile: str, env: Mapping[str, str] = {}) -> int:
+        """Start a daemon detached from the harness (survives it), write its pid to pidfile, return it."""
+        ...
+
+    def signal(self, pid: int, sig: int) -> None:
+        """Send a signal to a process on the node; a process already gone is not an error."""
+        ...
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """The single place where an argument list becomes shell text."""
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def run_checked(host: Host, argv: Sequence[str], *, timeout: float = 60.0, input: str | None = None) -> str:
+    """stdout of argv on host, or HostError with node, command, rc and the stderr tail."""
+    rc, out, err = host.exec(argv, timeout=timeout, input=input)
+    if rc != 0:
+        raise HostError(host.name, shell_join(argv), rc, err)
+    return out
+
+
+def spawn_script(argv: Sequence[str], *, pidfile: str, logfile: str, env: Mapping[str, str]) -> list[str]:
+    """A command that daemonizes argv the way start-stop-daemon would, portable to any POSIX host.
+
+    `setsid -f` detaches it into its own session (the harness's death or SIGINT never reaches
+    it); the shell writes its own pid before exec-ing, so the pid file names the daemon itself.
+    """
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    body = f"echo $$ > {shlex.quote(pidfile)}; exec {exports + ' ' if exports else ''}{shell_join(argv)}"
+    body += f" >> {shlex.quote(logfile)} 2>&1 < /dev/null"
+    return ["setsid", "-f", "sh", "-c", body]
+
+
+def pid_alive(host: Host, pid: int) -> bool:
+    """True when pid runs on host and is not a zombie (init here may never reap it)."""
+    rc, out, _ = host.exec(["ps", "-o", "stat=", "-p", str(pid)], timeout=20)
+    return rc == 0 and bool(out.strip()) and not out.strip().startswith("Z")
+
+
+def wait_dead(host: Host, pid: int, *, timeout: float = 30.0) -> bool:
+    """Wait until pid is gone; SIGKILL it again halfway (a stopped process ignores nothing)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(host, pid):
+            return True
+        time.sleep(0.02)
+    host.signal(pid, _signal.SIGKILL)
+    return not pid_alive(host, pid)

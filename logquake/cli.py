@@ -43,12 +43,37 @@ def _not_yet(what: str, issue: int) -> NoReturn:
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Test config YAML.")] = None,
+    nodes: Annotated[int | None, typer.Option(help="Broker nodes (default 5).")] = None,
+    time_limit: Annotated[float | None, typer.Option(help="Seconds of the main phase (default 60).")] = None,
+    rate: Annotated[float | None, typer.Option(help="Target ops/s over all workers (default 100).")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Client workers (default 10).")] = None,
+    nemesis: Annotated[
+        str | None, typer.Option(help="Faults, comma-separated: partition,kill,pause,clock,disk (default none).")
+    ] = None,
+    nemesis_interval: Annotated[float | None, typer.Option(help="Mean seconds between fault flips.")] = None,
+    txn: Annotated[bool | None, typer.Option("--txn/--no-txn", help="Ops are transactions of 1-4 micro-ops.")] = None,
+    sub_via: Annotated[str | None, typer.Option(help="assign | subscribe.")] = None,
+    client: Annotated[str | None, typer.Option(help="confluent | kafka-python.")] = None,
+    seed: Annotated[int | None, typer.Option(help="RNG seed for ops and faults (random if unset).")] = None,
+    name: Annotated[str | None, typer.Option(help="Test name (results/<name>/...).")] = None,
+    results_dir: Annotated[str | None, typer.Option(help="Where run directories go (default results).")] = None,
 ) -> None:
-    """Run one test: cluster up, workload + nemesis, heal, drain, analyse, store."""
-    from logquake.config import resolve_config
+    """Run one test: cluster up, workload + nemesis, heal, drain, analyse, store.
 
-    resolve_config(config)
-    _not_yet("`logquake run`", 6)
+    Exit 0 valid, 1 invalid, 2 unknown, 3 the test could not run.
+    """
+    from logquake.config import resolve_config
+    from logquake.runner import run_with_display
+
+    cfg = resolve_config(
+        config,
+        {
+            "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
+            "nemesis": nemesis, "nemesis_interval": nemesis_interval, "txn": txn, "sub_via": sub_via,
+            "client": client, "seed": seed, "name": name, "results_dir": results_dir,
+        },
+    )
+    raise typer.Exit(run_with_display(cfg, Console()))
 
 
 @app.command()

@@ -1,0 +1,545 @@
+"""One test, start to finish. This module alone knows the phases; in order:
+
+1. resolve   the config gets a concrete seed (TestConfig.with_seed)
+2. store     results/<name>/<start>/ with test.json, harness.log, history.jsonl (opened)
+3. cluster   open_cluster(cfg, run_dir) and wait until the brokers answer
+4. main      `concurrency` workers (threads, one client each, rate-limited over all) run
+             the queue generator for `time_limit` s while the NemesisScheduler flips faults
+5. heal      the scheduler stops and heals everything (also in `finally`)
+6. recovery  wait `recovery_time` s for leaders to settle
+7. drain     every worker assigns all keys from the beginning and polls up to the highest
+             known offset of every key, for at most `drain_time` s
+8. teardown  clients closed, node logs collected, nemesis torn down, cluster closed (`finally`)
+9. history   closed and fsynced: on disk before any analysis
+10. analyse  check_history -> results.json, junit.xml, report.html (if the report module is there)
+11. latest   results/latest points at this run
+
+Ctrl-C (SIGINT) ends the main phase early and skips recovery and drain; heal, teardown and
+analysis of what was recorded still run. A second Ctrl-C aborts the in-flight ops' wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from logquake.config import TestConfig, save_config
+from logquake.errors import LogquakeError, NotImplementedYet
+from logquake.history import FAIL, INFO, NEMESIS, OK, HistoryWriter, Op, load_history
+from logquake.results import store
+from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, WithTimeout, make_client, make_generator
+from logquake.workloads.client import Client, complete
+
+log = logging.getLogger("logquake.runner")
+
+# A hung client call becomes info after this long (the adapters bound their own waits at
+# ~10 s, a transaction's commit plus abort at ~20 s).
+CALL_TIMEOUT = 30.0
+EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    """What a finished run produced."""
+
+    run_dir: Path
+    results: dict[str, Any]
+    interrupted: bool = False
+
+    @property
+    def valid(self) -> bool | str:
+        return self.results.get("valid", "unknown")
+
+    @property
+    def exit_code(self) -> int:
+        v = self.valid
+        return EXIT_VALID if v is True else EXIT_INVALID if v is False else EXIT_UNKNOWN
+
+
+# -- recording --------------------------------------------------------------------------
+
+
+@dataclass
+class Stats:
+    """Live counters for the display (written by workers, read by the display)."""
+
+    phase: str = "setup"
+    ok: int = 0
+    info: int = 0
+    fail: int = 0
+    faults: dict[str, str] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    def count(self, op: Op) -> None:
+        if op.process == NEMESIS:
+            name = op.f.split("-", 1)[-1]
+            if op.f.startswith("start-"):
+                self.faults[name] = str(op.value)
+            elif op.f.startswith("stop-"):
+                self.faults.pop(name, None)
+        elif op.type == OK:
+            self.ok += 1
+        elif op.type == INFO:
+            self.info += 1
+        elif op.type == FAIL:
+            self.fail += 1
+
+
+class Recorder:
+    """Stamps ops with ns since the test began and streams them to history.jsonl."""
+
+    def __init__(self, writer: HistoryWriter, stats: Stats) -> None:
+        self.writer = writer
+        self.stats = stats
+        self.t0 = time.monotonic_ns()
+        self.closed = False
+
+    def record(self, op: Op) -> Op:
+        op = replace(op, time=time.monotonic_ns() - self.t0)
+        if self.closed:  # a straggler after the history was closed: not part of this run
+            return op
+        op = self.writer.write(op)
+        self.stats.count(op)
+        return op
+
+    def close(self) -> None:
+        self.closed = True
+        self.writer.close()
+
+
+class Pacer:
+    """Spaces op starts 1/rate s apart over all workers (a shared schedule of slots)."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate
+        self._next = time.monotonic()
+        self._lock = threading.Lock()
+
+    def wait(self, stop: threading.Event) -> bool:
+        """Sleep until this caller's slot; False if `stop` was set meanwhile."""
+        with self._lock:
+            now = time.monotonic()
+            # Never bank more than one slot of idle time: no bursts after a slow stretch.
+            slot = max(self._next, now - self.interval)
+            self._next = slot + self.interval
+        delay = slot - time.monotonic()
+        if delay > 0:
+            return not stop.wait(delay)
+        return not stop.is_set()
+
+
+# -- workers ----------------------------------------------------------------------------
+
+
+class Worker:
+    """One client thread: asks the generator, invokes, records; a new process after info."""
+
+    def __init__(
+        self,
+        index: int,
+        *,
+        cfg: TestConfig,
+        gen: QueueGenerator,
+        gen_lock: threading.Lock,
+        recorder: Recorder,
+        bootstrap: str,
+        make: Callable[[], Client],
+    ) -> None:
+        self.index = index
+        self.cfg = cfg
+        self.gen = gen
+        self.gen_lock = gen_lock
+        self.recorder = recorder
+        self.bootstrap = bootstrap
+        self.make = make
+        self.process = index
+        self.client: WithTimeout | None = None
+
+    def _ensure_client(self, stop: threading.Event) -> bool:
+        while self.client is None:
+            client = WithTimeout(self.make(), timeout=CALL_TIMEOUT)
+            try:
+                client.open(self.bootstrap)
+                self.client = client
+            except Exception as e:  # noqa: BLE001 - a client that cannot connect yet: retry
+                log.warning("worker %d: could not open a client: %s", self.index, e)
+                client.close()
+                if stop.wait(1.0):
+                    return False
+        return True
+
+    def _drop_client(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+            with self.gen_lock:
+                self.gen.fresh_client(self.index)
+
+    def run(self, phase: str, stop: threading.Event, pacer: Pacer | None) -> None:
+        """Run ops of `phase` until `stop` is set or the generator has nothing left."""
+        while not stop.is_set():
+            if not self._ensure_client(stop):
+                return
+            if pacer is not None and not pacer.wait(stop):
+                return
+            ctx = Context(worker=self.index, process=self.process, phase=phase)
+            with self.gen_lock:
+                op = self.gen.op(ctx)
+            if op is None:
+                return
+            self.step(ctx, op)
+
+    def step(self, ctx: Context, op: Op) -> Op:
+        """Invoke one op and record both ends; returns the completion."""
+        assert self.client is not None
+        inv = self.recorder.record(op)
+        try:
+            done = self.client.invoke(inv)
+        except Exception as e:  # noqa: BLE001 - an adapter bug must not leave the op dangling
+            log.error("worker %d: client raised on %s:\n%s", self.index, inv.f, traceback.format_exc())
+            done = complete(inv, INFO, inv.value, error=f"{type(e).__name__}: {e}")
+            self.client.broken = True
+        done = self.recorder.record(replace(done, process=inv.process, f=inv.f))
+        with self.gen_lock:
+            self.gen.update(ctx, done)
+        if done.type == INFO:
+            self.process += self.cfg.concurrency
+        if done.f == "crash" or self.client.broken:
+            self._drop_client()
+        return done
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+def run_workers(workers: list[Worker], phase: str, stop: threading.Event, pacer: Pacer | None) -> list[threading.Thread]:
+    threads = [
+        threading.Thread(target=w.run, args=(phase, stop, pacer), name=f"worker-{w.index}", daemon=True)
+        for w in workers
+    ]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def join_all(threads: list[threading.Thread], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+# -- the seams to other subpackages ----------------------------------------------------
+
+
+@dataclass
+class _External:
+    """A cluster given only by bootstrap servers (backend external): nothing to set up."""
+
+    bootstrap_servers: str
+    nodes: list[str] = field(default_factory=list)
+
+    def wait_ready(self, timeout: float) -> None:
+        return None
+
+    def collect_logs(self, dest_dir: Path) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def open_cluster(cfg: TestConfig, run_dir: Path) -> Iterator[Any]:
+    """The cluster under test (logquake.cluster), torn down on exit whatever happens."""
+    try:
+        from logquake.cluster import open_cluster as _open
+    except ImportError:
+        _open = None
+    if _open is None:
+        if cfg.backend == "external" and cfg.bootstrap_servers:
+            yield _External(",".join(cfg.bootstrap_servers))
+            return
+        raise NotImplementedYet(
+            f"the {cfg.backend} cluster backend is not available in this build",
+            hint="use backend: external with bootstrap_servers, or update logquake",
+        )
+    with _open(cfg, run_dir) as cluster:
+        yield cluster
+
+
+def check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
+    """The checker's verdict; a missing or crashing checker gives `unknown`, with the reason."""
+    try:
+        from logquake.checker import CheckOptions, check_history
+    except ImportError as e:
+        return {"valid": "unknown", "error": f"the checker is not available: {e}", "anomalies": {}}
+    opts_kw: dict[str, Any] = {"sub_via": cfg.sub_via, "txn": cfg.txn, "ww_deps": cfg.ww_deps, "ignore": cfg.ignore}
+    try:
+        opts = CheckOptions(**opts_kw, guarantee=cfg.guarantee)
+    except TypeError:
+        opts = CheckOptions(**opts_kw)
+    try:
+        return check_history(ops, opts)
+    except Exception as e:  # noqa: BLE001 - an analysis that raises is unknown, error attached
+        log.error("checker raised:\n%s", traceback.format_exc())
+        return {"valid": "unknown", "error": f"checker raised {type(e).__name__}: {e}", "anomalies": {}}
+
+
+def write_report(run_dir: Path) -> Path | None:
+    """report.html through logquake.results.report, when that module exists (another issue)."""
+    try:
+        from logquake.results import report
+    except ImportError:
+        return None
+    fn = getattr(report, "write_report", None) or getattr(report, "render_report", None)
+    if fn is None:
+        return None
+    try:
+        out = fn(run_dir)
+        return Path(out) if out else run_dir / "report.html"
+    except Exception:  # noqa: BLE001 - a broken report never hides the verdict
+        log.error("report failed:\n%s", traceback.format_exc())
+        return None
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+class _Interrupt:
+    """First SIGINT sets `stop` (graceful); a second one raises KeyboardInterrupt."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.hits = 0
+        self._old: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.hits += 1
+        if self.hits > 1:
+            raise KeyboardInterrupt
+        log.warning("interrupted: stopping the run gracefully (heal, teardown, analysis)")
+        self.stop.set()
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def run_test(
+    cfg: TestConfig,
+    *,
+    stats: Stats | None = None,
+    on_run_dir: Callable[[Path], None] | None = None,
+    stop: threading.Event | None = None,
+) -> RunOutcome:
+    """Run one whole test (the phases of the module docstring) and store its results.
+
+    Raises LogquakeError (after cleaning up) when the test could not run at all, e.g. the
+    cluster did not come up. `stats` is updated live for a display; `stop` ends the run early
+    as Ctrl-C does.
+    """
+    cfg = cfg.with_seed()
+    stats = stats or Stats()
+    stop = stop or threading.Event()
+    run_dir = store.create_run_dir(cfg.results_dir, cfg.name)
+    if on_run_dir is not None:
+        on_run_dir(run_dir)
+    handler = store.attach_harness_log(run_dir)
+    started = time.monotonic()
+    try:
+        log.info("run %s seed=%s dir=%s", cfg.name, cfg.seed, run_dir)
+        save_config(cfg, run_dir / store.TEST, run_dir=str(run_dir), start_time=time.time())
+        writer = HistoryWriter(run_dir / store.HISTORY)
+        recorder = Recorder(writer, stats)
+        with _Interrupt(stop) as intr:
+            try:
+                _run_phases(cfg, run_dir, recorder, stats, stop)
+            finally:
+                recorder.close()  # phase 9: the history is on disk before analysis
+            interrupted = intr.hits > 0
+        stats.phase = "analyse"
+        results = check(load_history(run_dir / store.HISTORY), cfg)
+        if interrupted:
+            results["interrupted"] = True
+        store.write_results(run_dir, results)
+        store.write_junit(run_dir, results, name=cfg.name, duration=time.monotonic() - started)
+        write_report(run_dir)
+        store.update_latest(cfg.results_dir, run_dir)
+        stats.phase = "done"
+        log.info("verdict: valid=%s", results.get("valid"))
+        return RunOutcome(run_dir=run_dir, results=results, interrupted=interrupted)
+    except LogquakeError as e:
+        log.error("the test could not run: %s", e)
+        with contextlib.suppress(Exception):
+            store.update_latest(cfg.results_dir, run_dir)
+        raise
+    finally:
+        store.detach_harness_log(handler)
+
+
+def _run_phases(cfg: TestConfig, run_dir: Path, recorder: Recorder, stats: Stats, stop: threading.Event) -> None:
+    """Phases 3-8; every exit path heals and tears down."""
+    assert cfg.seed is not None
+    gen = make_generator(cfg)
+    gen_lock = threading.Lock()
+    stats.phase = "cluster"
+    with open_cluster(cfg, run_dir) as cluster:
+        workers: list[Worker] = []
+        nemesis = scheduler = None
+        try:
+            cluster.wait_ready(120.0)
+            workers = [
+                Worker(i, cfg=cfg, gen=gen, gen_lock=gen_lock, recorder=recorder,
+                       bootstrap=cluster.bootstrap_servers, make=lambda: make_client(cfg))
+                for i in range(cfg.concurrency)
+            ]
+            if cfg.nemesis:
+                from logquake.nemesis import NemesisScheduler, build_nemesis
+
+                nemesis = build_nemesis(cfg, cluster)
+                nemesis.setup()
+                scheduler = NemesisScheduler(
+                    nemesis, interval=cfg.nemesis_interval, rng=random.Random(f"nemesis-{cfg.seed}"),
+                    record=recorder.record,
+                )
+            _main_phase(cfg, workers, scheduler, stats, stop)
+            _heal(scheduler, stats)
+            scheduler = None
+            if not stop.is_set():
+                stats.phase = "recovery"
+                stop.wait(cfg.recovery_time)
+            if not stop.is_set():
+                _drain_phase(cfg, workers, stats, stop)
+        finally:
+            _heal(scheduler, stats)
+            stats.phase = "teardown"
+            for w in workers:
+                w.close()
+            if nemesis is not None:
+                with _logged("nemesis teardown"):
+                    nemesis.teardown()
+            with _logged("collecting node logs"):
+                cluster.collect_logs(run_dir / store.NODES)
+
+
+def _main_phase(cfg: TestConfig, workers: list[Worker], scheduler: Any, stats: Stats, stop: threading.Event) -> None:
+    stats.phase = MAIN
+    stats.started = time.monotonic()
+    phase_over = threading.Event()
+    pacer = Pacer(cfg.rate)
+    if scheduler is not None:
+        scheduler.start()
+    threads = run_workers(workers, MAIN, phase_over, pacer)
+    deadline = time.monotonic() + cfg.time_limit
+    while not stop.is_set() and time.monotonic() < deadline:
+        stop.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+    phase_over.set()
+    join_all(threads, CALL_TIMEOUT + 5)
+
+
+def _heal(scheduler: Any, stats: Stats) -> None:
+    if scheduler is None:
+        return
+    stats.phase = "heal"
+    with _logged("final heal"):
+        scheduler.stop_and_heal()
+
+
+def _drain_phase(cfg: TestConfig, workers: list[Worker], stats: Stats, stop: threading.Event) -> None:
+    stats.phase = DRAIN
+    over = threading.Event()
+    threads = run_workers(workers, DRAIN, over, None)
+    deadline = time.monotonic() + cfg.drain_time
+    while any(t.is_alive() for t in threads) and not stop.is_set() and time.monotonic() < deadline:
+        stop.wait(0.2)
+    over.set()
+    join_all(threads, CALL_TIMEOUT + 5)
+
+
+@contextlib.contextmanager
+def _logged(what: str) -> Iterator[None]:
+    """Run a cleanup step; a failure is logged and never stops the rest (or the analysis)."""
+    try:
+        yield
+    except Exception:  # noqa: BLE001
+        log.error("%s failed:\n%s", what, traceback.format_exc())
+
+
+# -- the command line's view of a run ----------------------------------------------------
+
+
+def _live_view(stats: Stats, run_dir: list[Path]) -> Any:
+    from rich.table import Table
+
+    elapsed = time.monotonic() - stats.started
+    done = stats.ok + stats.info + stats.fail
+    t = Table.grid(padding=(0, 2))
+    t.add_row("phase", f"[bold]{stats.phase}[/]", "elapsed", f"{elapsed:6.1f} s")
+    t.add_row("ops/s", f"{done / elapsed if elapsed > 0 else 0:7.1f}",
+              "ok/info/fail", f"[green]{stats.ok}[/]/[yellow]{stats.info}[/]/[red]{stats.fail}[/]")
+    faults = ", ".join(f"{k} ({v})" for k, v in stats.faults.items()) or "none"
+    t.add_row("faults", faults, "run", str(run_dir[0]) if run_dir else "")
+    return t
+
+
+def verdict_table(results: dict[str, Any]) -> Any:
+    """The anomaly table printed at the end of a run."""
+    from rich.table import Table
+
+    valid = results.get("valid")
+    colour = "green" if valid is True else "red" if valid is False else "yellow"
+    t = Table(title=f"valid: [bold {colour}]{str(valid).lower()}[/]", title_justify="left")
+    t.add_column("anomaly")
+    t.add_column("count", justify="right")
+    t.add_column("bad")
+    bad = set(results.get("bad_error_types") or [])
+    for kind, entry in sorted((results.get("anomalies") or {}).items()):
+        count = entry.get("count", "") if isinstance(entry, dict) else ""
+        t.add_row(kind, str(count), "[red]yes[/]" if kind in bad else "no")
+    if results.get("error"):
+        t.caption = str(results["error"])
+    return t
+
+
+def run_with_display(cfg: TestConfig, console: Any) -> int:
+    """Run a test under a live rich display; print the verdict and the run path; the exit code."""
+    from rich.live import Live
+
+    stats = Stats()
+    run_dir: list[Path] = []
+    outcome: RunOutcome | None = None
+    try:
+        with Live(get_renderable=lambda: _live_view(stats, run_dir), console=console,
+                  refresh_per_second=4, transient=False):
+            outcome = run_test(cfg, stats=stats, on_run_dir=run_dir.append)
+    except KeyboardInterrupt:
+        console.print("[red]aborted[/]: in-flight ops were abandoned; history.jsonl is on disk")
+        if run_dir:
+            console.print(f"run: {run_dir[0]}")
+        return 130
+    except LogquakeError as e:
+        if run_dir:
+            e.hint = ((e.hint + "; ") if e.hint else "") + f"see {run_dir[0] / store.HARNESS_LOG}"
+        raise
+    assert outcome is not None
+    console.print(verdict_table(outcome.results))
+    if outcome.interrupted:
+        console.print("[yellow]interrupted[/]: analysed what was recorded")
+    console.print(f"run: {outcome.run_dir}")
+    return outcome.exit_code

@@ -1,0 +1,359 @@
+"""The confluent-kafka (librdkafka) adapter for the queue workload.
+
+Client settings live in `producer_config` / `consumer_config` only; errors are classified
+in `_FAIL` only: a code is listed there when librdkafka guarantees the records were not
+written (or a transaction was aborted). Everything unlisted is `info` (DESIGN.md §6: a
+wrong `fail` creates false aborted reads).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+
+from logquake.history import FAIL, INFO, OK, Op
+from logquake.workloads.client import KeyMap, add_polled, complete, seek_back
+
+log = logging.getLogger("logquake.client.confluent")
+
+_ids = itertools.count()
+
+# Error codes that mean "certainly not written". Each entry says why.
+_FAIL: dict[int, str] = {
+    # The message never left the local queue: purged before any request was sent.
+    KafkaError._PURGE_QUEUE: "purged from the local queue before being sent",
+    # librdkafka knows no such topic/partition, so it never sent the message.
+    KafkaError._UNKNOWN_TOPIC: "no such topic, never sent",
+    KafkaError._UNKNOWN_PARTITION: "no such partition, never sent",
+    # The broker rejected the batch as a whole: it appended nothing.
+    KafkaError.MSG_SIZE_TOO_LARGE: "rejected by the broker, nothing appended",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "rejected by the broker, nothing appended",
+    # A fenced or stale-epoch producer is refused before any append.
+    KafkaError.INVALID_PRODUCER_EPOCH: "stale producer epoch, refused before append",
+    KafkaError.PRODUCER_FENCED: "producer fenced, refused before append",
+}
+
+
+def classify(err: KafkaError | None) -> str:
+    """`fail` if `err` guarantees nothing was written, else `info`."""
+    if err is not None and err.code() in _FAIL:
+        return FAIL
+    return INFO
+
+
+def _err_text(err: Any) -> str:
+    if isinstance(err, KafkaError):
+        return err.name() or err.str()
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        return err.args[0].name() or err.args[0].str()
+    return f"{type(err).__name__}: {err}"
+
+
+def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> dict[str, Any]:
+    """librdkafka producer settings. acks=all with idempotence unless `producer.acks` says otherwise."""
+    acks = str(producer.get("acks", "all"))
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "acks": acks,
+        # Idempotence needs acks=all; with acks=1 or 0 the test is about those modes.
+        "enable.idempotence": acks in ("all", "-1"),
+        "message.timeout.ms": 10_000,
+        "request.timeout.ms": 5_000,
+        "socket.timeout.ms": 5_000,
+        "linger.ms": 0,
+        "topic.metadata.refresh.interval.ms": 2_000,
+        "retry.backoff.ms": 100,
+        "reconnect.backoff.max.ms": 1_000,
+    }
+    if "retries" in producer:
+        conf["retries"] = int(producer["retries"])
+    if txn:
+        conf["transactional.id"] = f"lq-txn-{os.getpid()}-{next(_ids)}"
+        conf["transaction.timeout.ms"] = 10_000
+    return conf
+
+
+def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any]:
+    """librdkafka consumer settings: no auto-commit with assign; one shared group with subscribe."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "isolation.level": "read_committed" if txn else "read_uncommitted",
+        "session.timeout.ms": 6_000,
+        "heartbeat.interval.ms": 1_000,
+        "socket.timeout.ms": 5_000,
+        "topic.metadata.refresh.interval.ms": 2_000,
+        "reconnect.backoff.max.ms": 1_000,
+        "fetch.wait.max.ms": 100,
+    }
+    if sub_via == "subscribe":
+        conf.update({"group.id": "logquake", "enable.auto.commit": True})
+    else:
+        conf.update({"group.id": f"lq-assign-{os.getpid()}-{next(_ids)}", "enable.auto.commit": False})
+    return conf
+
+
+class ConfluentClient:
+    """One producer and one consumer; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        keymap: KeyMap | None = None,
+        txn: bool = False,
+        sub_via: str = "assign",
+        producer: dict[str, Any] | None = None,
+        poll_timeout: float = 0.1,
+        op_timeout: float = 10.0,
+    ) -> None:
+        self.keymap = keymap or KeyMap()
+        self.txn = txn
+        self.sub_via = sub_via
+        self.producer_settings = dict(producer or {})
+        self.poll_timeout = poll_timeout
+        self.op_timeout = op_timeout
+        self._bootstrap = ""
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._txn_ready = False
+        self.assigned: list[int] = []
+        self.position: dict[int, int] = {}  # next offset to read, per key
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def open(self, bootstrap_servers: str) -> None:
+        self._bootstrap = bootstrap_servers
+        self._producer = Producer(
+            producer_config(bootstrap_servers, txn=self.txn, producer=self.producer_settings),
+            logger=log,
+        )
+        self._consumer = Consumer(
+            consumer_config(bootstrap_servers, txn=self.txn, sub_via=self.sub_via), logger=log
+        )
+
+    def _reopen_producer(self) -> None:
+        """After a fatal producer error: a new producer (a new transactional id)."""
+        old, self._producer = self._producer, None
+        if old is not None:
+            try:
+                old.purge()
+                old.flush(0)
+            except Exception:  # noqa: BLE001 - the old producer is abandoned anyway
+                pass
+        self._txn_ready = False
+        self._producer = Producer(
+            producer_config(self._bootstrap, txn=self.txn, producer=self.producer_settings), logger=log
+        )
+
+    def close(self) -> None:
+        p, c, self._producer, self._consumer = self._producer, self._consumer, None, None
+        try:
+            if p is not None:
+                p.flush(1.0)
+        except Exception:  # noqa: BLE001 - close never raises
+            pass
+        try:
+            if c is not None:
+                c.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- ops --------------------------------------------------------------------------
+
+    def invoke(self, op: Op) -> Op:
+        match op.f:
+            case "assign":
+                return self._assign(op)
+            case "subscribe":
+                return self._subscribe(op)
+            case "crash":
+                return complete(op, INFO, op.value, error="crash")
+            case _:
+                return self._txn(op) if self.txn and _has_send(op.value) else self._plain(op)
+
+    def _assign(self, op: Op) -> Op:
+        keys = list(op.value)
+        if op.get("seek_to_beginning"):
+            for k in keys:
+                self.position[k] = OFFSET_BEGINNING
+        self.assigned = keys
+        try:
+            self._apply_assignment()
+        except KafkaException as e:
+            # Assignment is local to this consumer: nothing in the log changed.
+            return complete(op, FAIL, op.value, error=_err_text(e))
+        return complete(op, OK, op.value)
+
+    def _apply_assignment(self) -> None:
+        assert self._consumer is not None
+        tps = []
+        for k in self.assigned:
+            t, p = self.keymap.topic_partition(k)
+            tps.append(TopicPartition(t, p, self.position.get(k, OFFSET_BEGINNING)))
+        self._consumer.assign(tps)
+
+    def _subscribe(self, op: Op) -> Op:
+        assert self._consumer is not None
+        topics = sorted({self.keymap.topic_partition(k)[0] for k in op.value})
+        try:
+            self._consumer.subscribe(topics)
+        except KafkaException as e:
+            # Subscribing only changes this consumer's interest; nothing in the log changed.
+            return complete(op, FAIL, op.value, error=_err_text(e))
+        self.assigned = list(op.value)
+        return complete(op, OK, op.value)
+
+    def _plain(self, op: Op) -> Op:
+        """send or poll ops outside transactions, one micro-op at a time."""
+        value = [list(m) for m in op.value]
+        for i, m in enumerate(value):
+            if m[0] == "send":
+                err = self._send_one(value, i)
+                if err is not None:
+                    return complete(op, classify(err if isinstance(err, KafkaError) else None), value,
+                                    error=_err_text(err))
+            else:
+                err = self._poll_one(value, i)
+                if err is not None:
+                    self._seek_back(value)
+                    return complete(op, INFO, value, error=_err_text(err))
+        return complete(op, OK, value)
+
+    def _send_one(self, value: list[list[Any]], i: int) -> Any:
+        """Produce micro-op i and wait for it; fills in its offset. The error, or None."""
+        assert self._producer is not None
+        _, k, v = value[i]
+        t, p = self.keymap.topic_partition(k)
+        result: list[Any] = []
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                value[i] = ["send", k, [msg.offset(), v]]
+            result.append(err)
+
+        try:
+            self._producer.produce(t, value=str(v).encode(), key=str(k).encode(), partition=p,
+                                   on_delivery=delivered)
+        except (KafkaException, BufferError) as e:
+            return e  # not queued; classify() makes it info unless the code is listed
+        deadline = time.monotonic() + self.op_timeout
+        while not result and time.monotonic() < deadline:
+            self._producer.poll(0.05)
+        if not result:
+            return KafkaError(KafkaError._TIMED_OUT)
+        return result[0]
+
+    def _poll_one(self, value: list[list[Any]], i: int) -> Any:
+        """Poll micro-op i: whatever the consumer returns within poll_timeout. The error, or None."""
+        assert self._consumer is not None
+        polled: dict[str, list[list[Any]]] = {}
+        value[i] = ["poll", polled]
+        if not self.assigned:
+            return None
+        try:
+            msgs = self._consumer.consume(num_messages=500, timeout=self.poll_timeout)
+        except (KafkaException, RuntimeError) as e:
+            return e
+        for msg in msgs:
+            if msg.error() is not None:
+                # Per-partition notices (leader moved, topic not created yet) change nothing read.
+                continue
+            k = self.keymap.key(msg.topic(), msg.partition())
+            add_polled(polled, k, msg.offset(), int(msg.value()))
+            self.position[k] = msg.offset() + 1
+        return None
+
+    def _seek_back(self, value: list[list[Any]]) -> None:
+        """After a failed/info op: read again what it polled (see client.seek_back)."""
+        back = seek_back(value)
+        if not back:
+            return
+        self.position.update(back)
+        try:
+            if self.sub_via == "assign":
+                self._apply_assignment()
+            else:
+                assert self._consumer is not None
+                for k, off in back.items():
+                    t, p = self.keymap.topic_partition(k)
+                    self._consumer.seek(TopicPartition(t, p, off))
+        except KafkaException as e:
+            log.info("seek-back failed: %s", _err_text(e))
+
+    def _txn(self, op: Op) -> Op:
+        """A transaction: sends and polls between begin and commit."""
+        assert self._producer is not None
+        value = [list(m) for m in op.value]
+        try:
+            if not self._txn_ready:
+                self._producer.init_transactions(self.op_timeout)
+                self._txn_ready = True
+            self._producer.begin_transaction()
+        except KafkaException as e:
+            # No transaction began, so nothing of this op was sent. A fresh producer (new
+            # transactional id) gets the next op out of whatever state this one is in.
+            self._reopen_producer()
+            return complete(op, FAIL, value, error=_err_text(e))
+        pending: list[Any] = []
+        for i, m in enumerate(value):
+            if m[0] == "send":
+                self._produce_async(value, i, pending)
+            elif (err := self._poll_one(value, i)) is not None:
+                return self._abort(op, value, err)
+        try:
+            self._producer.commit_transaction(self.op_timeout)
+        except KafkaException as e:
+            kerr = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            if kerr is not None and kerr.txn_requires_abort():
+                return self._abort(op, value, e)
+            # Whether the commit happened is unknown. The open transaction is abandoned to
+            # the coordinator's timeout with a fresh producer.
+            self._seek_back(value)
+            self._reopen_producer()
+            return complete(op, INFO, value, error=_err_text(e))
+        self._producer.poll(0)  # run any delivery callbacks still queued
+        return complete(op, OK, value)
+
+    def _produce_async(self, value: list[list[Any]], i: int, pending: list[Any]) -> None:
+        assert self._producer is not None
+        _, k, v = value[i]
+        t, p = self.keymap.topic_partition(k)
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                value[i] = ["send", k, [msg.offset(), v]]
+
+        try:
+            self._producer.produce(t, value=str(v).encode(), key=str(k).encode(), partition=p,
+                                   on_delivery=delivered)
+        except (KafkaException, BufferError) as e:
+            pending.append(e)  # the commit will then fail or abort
+
+    def _abort(self, op: Op, value: list[list[Any]], err: Any) -> Op:
+        """Abort the open transaction: fail if the abort is confirmed, else info."""
+        assert self._producer is not None
+        self._seek_back(value)
+        try:
+            self._producer.abort_transaction(self.op_timeout)
+        except KafkaException as e:
+            self._reopen_producer()
+            return complete(op, INFO, value, error=f"{_err_text(err)}; abort: {_err_text(e)}")
+        # The coordinator confirmed the abort: no record of this transaction is visible.
+        return complete(op, FAIL, value, error=_err_text(err))
+
+
+def _has_send(value: Any) -> bool:
+    return isinstance(value, list) and any(m[0] == "send" for m in value)

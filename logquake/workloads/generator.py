@@ -1,0 +1,192 @@
+"""The queue workload's generator: pure `op(ctx)` / `update(ctx, event)`, no I/O, no clock.
+
+It decides *what* each worker does next; the runner decides *when* (rate limit, phases)
+and a client does it. Everything random comes from one seeded RNG, drawn in the order
+workers ask, so the same seed and the same sequence of requests give the same ops
+(tests drive it that way; in a live run threads interleave their requests).
+
+Keys rotate as in Elle's list-append generator: `active_keys` keys are live at a time, each
+with a random write budget of 1..`max_writes_per_key`; a key whose budget is spent is
+retired and replaced by a fresh one (the next integer). Values are unique per key: 1, 2, 3...
+
+Ops (DESIGN.md §6): `send` / `poll` (one micro-op each), `txn` (1-4 micro-ops with
+`txn=True`), `assign` / `subscribe` (about 1 op in 64, and first for every fresh client),
+`crash` (the worker drops its client and opens a fresh one). In the drain phase every
+worker assigns all keys from the beginning, then polls until it has read up to the highest
+offset known for every key.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from logquake.history import INVOKE, OK, Op
+
+MAIN, DRAIN = "main", "drain"
+
+REASSIGN_ONE_IN = 64
+CRASH_ONE_IN = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """What the generator may know when asked for an op: who asks and in which phase."""
+
+    worker: int
+    process: int
+    phase: str = MAIN
+
+
+@dataclass
+class _Worker:
+    needs_assign: bool = True
+    drain_assigned: bool = False
+    # Drain: the highest offset this worker has read per key.
+    read_up_to: dict[int, int] = field(default_factory=dict)
+
+
+def micro_f(value: list[list[Any]]) -> str:
+    """`send` or `poll` when every micro-op is of that kind, else `txn` (DESIGN.md §7)."""
+    kinds = {m[0] for m in value}
+    return kinds.pop() if len(kinds) == 1 else "txn"
+
+
+class QueueGenerator:
+    """Chooses the queue workload's ops; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        seed: int,
+        txn: bool = False,
+        sub_via: str = "assign",
+        active_keys: int = 10,
+        max_writes_per_key: int = 1024,
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.txn = txn
+        self.sub_via = sub_via
+        self.max_writes_per_key = max_writes_per_key
+        self._next_key = 0
+        self.active: list[int] = []
+        self.budget: dict[int, int] = {}
+        self.next_value: dict[int, int] = {}
+        self._workers: dict[int, _Worker] = {}
+        # Highest offset per key that an ok op sent or any ok poll read: the drain target.
+        # Sends of info ops are left out: they may never have committed (or were aborted).
+        self.highest: dict[int, int] = {}
+        for _ in range(active_keys):
+            self._add_key()
+
+    # -- keys -------------------------------------------------------------------------
+
+    def _add_key(self) -> None:
+        k = self._next_key
+        self._next_key += 1
+        self.active.append(k)
+        self.budget[k] = self.rng.randint(1, self.max_writes_per_key)
+        self.next_value[k] = 1
+
+    def _write(self, k: int) -> int:
+        """Take the next value of key k, retiring k when its budget is spent."""
+        v = self.next_value[k]
+        self.next_value[k] = v + 1
+        self.budget[k] -= 1
+        if self.budget[k] <= 0:
+            self.active.remove(k)
+            self._add_key()
+        return v
+
+    @property
+    def all_keys(self) -> list[int]:
+        """Every key written to so far (retired or active)."""
+        return sorted(k for k, v in self.next_value.items() if v > 1)
+
+    # -- ops --------------------------------------------------------------------------
+
+    def _worker(self, w: int) -> _Worker:
+        return self._workers.setdefault(w, _Worker())
+
+    def fresh_client(self, worker: int) -> None:
+        """The worker's client was replaced: its next op must (re)assign."""
+        self._worker(worker).needs_assign = True
+
+    def op(self, ctx: Context) -> Op | None:
+        """The next invocation for this worker, or None when it has nothing left to do."""
+        if ctx.phase == DRAIN:
+            return self._drain_op(ctx)
+        st = self._worker(ctx.worker)
+        if st.needs_assign or self.rng.randrange(REASSIGN_ONE_IN) == 0:
+            return self._assign_op(ctx)
+        if self.rng.randrange(CRASH_ONE_IN) == 0:
+            return _invoke(ctx, "crash", None)
+        if self.txn:
+            n = self.rng.randint(1, 4)
+            value = [self._micro() for _ in range(n)]
+        else:
+            value = [self._micro()]
+        return _invoke(ctx, micro_f(value), value)
+
+    def _micro(self) -> list[Any]:
+        if self.rng.random() < 0.5:
+            k = self.rng.choice(self.active)
+            return ["send", k, self._write(k)]
+        return ["poll"]
+
+    def _assign_op(self, ctx: Context) -> Op:
+        n = self.rng.randint(1, len(self.active))
+        keys = sorted(self.rng.sample(self.active, n))
+        return _invoke(ctx, self.sub_via, keys)
+
+    def _drain_op(self, ctx: Context) -> Op | None:
+        st = self._worker(ctx.worker)
+        if st.needs_assign or not st.drain_assigned:
+            return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True)
+        if self.drained(ctx.worker):
+            return None
+        return _invoke(ctx, "poll", [["poll"]])
+
+    def drained(self, worker: int) -> bool:
+        """Has this worker read up to the highest known offset of every key?"""
+        st = self._worker(worker)
+        return all(st.read_up_to.get(k, -1) >= off for k, off in self.highest.items())
+
+    # -- completions ------------------------------------------------------------------
+
+    def update(self, ctx: Context, event: Op) -> None:
+        """Learn from a completion: assignments, crashes, offsets sent and read."""
+        if event.type == INVOKE:
+            return
+        st = self._worker(ctx.worker)
+        if event.f in ("assign", "subscribe"):
+            if event.type == OK:
+                st.needs_assign = False
+                if ctx.phase == DRAIN:
+                    st.drain_assigned = True
+                    st.read_up_to.clear()
+            return
+        if event.f == "crash":
+            st.needs_assign = True
+            return
+        if not isinstance(event.value, list):
+            return
+        for m in event.value:
+            if m[0] == "send" and event.type == OK and isinstance(m[2], list) and m[2][0] is not None:
+                self._saw(m[1], m[2][0])
+            elif m[0] == "poll" and event.type == OK and len(m) > 1:
+                for key, pairs in m[1].items():
+                    k = int(key)
+                    for offset, _v in pairs:
+                        self._saw(k, offset)
+                        if offset > st.read_up_to.get(k, -1):
+                            st.read_up_to[k] = offset
+
+    def _saw(self, k: int, offset: int) -> None:
+        if offset > self.highest.get(k, -1):
+            self.highest[k] = offset
+
+
+def _invoke(ctx: Context, f: str, value: Any, **extra: Any) -> Op:
+    return Op(process=ctx.process, type=INVOKE, f=f, value=value, extra=extra)

@@ -1,0 +1,289 @@
+"""The kafka-python adapter for the queue workload.
+
+Client settings live in `producer_config` / `consumer_config` only; errors are classified
+in `_FAIL` only: an exception class is listed when kafka-python guarantees the records were
+not written. Everything unlisted is `info` (DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from typing import Any
+
+import kafka.errors as kerr
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from logquake.history import FAIL, INFO, OK, Op
+from logquake.workloads.client import KeyMap, add_polled, complete, seek_back
+
+log = logging.getLogger("logquake.client.kafka-python")
+
+_ids = itertools.count()
+
+# Exception classes that mean "certainly not written". Each entry says why.
+_FAIL: dict[type[BaseException], str] = {
+    # The broker refused a stale or fenced producer before appending anything.
+    kerr.InvalidProducerEpochError: "stale producer epoch, refused before append",
+    kerr.ProducerFencedError: "producer fenced, refused before append",
+    # The broker rejected the whole batch: nothing appended.
+    kerr.MessageSizeTooLargeError: "rejected by the broker, nothing appended",
+    kerr.TopicAuthorizationFailedError: "rejected by the broker, nothing appended",
+}
+
+
+def classify(e: BaseException) -> str:
+    """`fail` if `e` guarantees nothing was written, else `info`."""
+    return FAIL if type(e) in _FAIL else INFO
+
+
+def _err_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> dict[str, Any]:
+    """kafka-python producer settings: acks=all and idempotence unless `producer.acks` says otherwise."""
+    acks: Any = producer.get("acks", "all")
+    acks = "all" if str(acks) in ("all", "-1") else int(acks)
+    conf: dict[str, Any] = {
+        "bootstrap_servers": bootstrap.split(","),
+        "acks": acks,
+        "enable_idempotence": acks == "all",
+        "delivery_timeout_ms": 10_000,
+        "request_timeout_ms": 5_000,
+        "max_block_ms": 5_000,
+        "linger_ms": 0,
+        "metadata_max_age_ms": 2_000,
+        "retry_backoff_ms": 100,
+        "reconnect_backoff_max_ms": 1_000,
+    }
+    if "retries" in producer:
+        conf["retries"] = int(producer["retries"])
+    if txn:
+        conf["transactional_id"] = f"lq-kp-txn-{os.getpid()}-{next(_ids)}"
+        conf["transaction_timeout_ms"] = 10_000
+    return conf
+
+
+def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any]:
+    """kafka-python consumer settings: no group with assign; one shared group with subscribe."""
+    conf: dict[str, Any] = {
+        "bootstrap_servers": bootstrap.split(","),
+        "auto_offset_reset": "earliest",
+        "isolation_level": "read_committed" if txn else "read_uncommitted",
+        "request_timeout_ms": 5_000,
+        "session_timeout_ms": 6_000,
+        "heartbeat_interval_ms": 1_000,
+        "metadata_max_age_ms": 2_000,
+        "fetch_max_wait_ms": 100,
+        "reconnect_backoff_max_ms": 1_000,
+    }
+    if sub_via == "subscribe":
+        conf.update({"group_id": "logquake", "enable_auto_commit": True})
+    else:
+        conf.update({"group_id": None, "enable_auto_commit": False})
+    return conf
+
+
+class KafkaPythonClient:
+    """One producer and one consumer; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        keymap: KeyMap | None = None,
+        txn: bool = False,
+        sub_via: str = "assign",
+        producer: dict[str, Any] | None = None,
+        poll_timeout: float = 0.1,
+        op_timeout: float = 10.0,
+    ) -> None:
+        self.keymap = keymap or KeyMap()
+        self.txn = txn
+        self.sub_via = sub_via
+        self.producer_settings = dict(producer or {})
+        self.poll_timeout = poll_timeout
+        self.op_timeout = op_timeout
+        self._bootstrap = ""
+        self._producer: KafkaProducer | None = None
+        self._consumer: KafkaConsumer | None = None
+        self._txn_ready = False
+        self.assigned: list[int] = []
+        self.position: dict[int, int] = {}
+
+    def open(self, bootstrap_servers: str) -> None:
+        self._bootstrap = bootstrap_servers
+        self._producer = KafkaProducer(
+            **producer_config(bootstrap_servers, txn=self.txn, producer=self.producer_settings)
+        )
+        self._consumer = KafkaConsumer(**consumer_config(bootstrap_servers, txn=self.txn, sub_via=self.sub_via))
+
+    def _reopen_producer(self) -> None:
+        old, self._producer = self._producer, None
+        if old is not None:
+            try:
+                old.close(timeout=0)
+            except Exception:  # noqa: BLE001 - abandoned anyway
+                pass
+        self._txn_ready = False
+        self._producer = KafkaProducer(
+            **producer_config(self._bootstrap, txn=self.txn, producer=self.producer_settings)
+        )
+
+    def close(self) -> None:
+        p, c, self._producer, self._consumer = self._producer, self._consumer, None, None
+        for thing in (p, c):
+            try:
+                if thing is not None:
+                    thing.close(timeout=1) if thing is p else thing.close()
+            except Exception:  # noqa: BLE001 - close never raises
+                pass
+
+    def invoke(self, op: Op) -> Op:
+        match op.f:
+            case "assign":
+                return self._assign(op)
+            case "subscribe":
+                return self._subscribe(op)
+            case "crash":
+                return complete(op, INFO, op.value, error="crash")
+            case _:
+                has_send = any(m[0] == "send" for m in op.value)
+                return self._txn(op) if self.txn and has_send else self._plain(op)
+
+    def _tp(self, k: int) -> TopicPartition:
+        t, p = self.keymap.topic_partition(k)
+        return TopicPartition(t, p)
+
+    def _assign(self, op: Op) -> Op:
+        assert self._consumer is not None
+        keys = list(op.value)
+        if op.get("seek_to_beginning"):
+            for k in keys:
+                self.position.pop(k, None)
+        self.assigned = keys
+        try:
+            self._apply_assignment()
+        except kerr.KafkaError as e:
+            # Assignment is local to this consumer: nothing in the log changed.
+            return complete(op, FAIL, op.value, error=_err_text(e))
+        return complete(op, OK, op.value)
+
+    def _apply_assignment(self) -> None:
+        assert self._consumer is not None
+        tps = [self._tp(k) for k in self.assigned]
+        self._consumer.assign(tps)
+        fresh = []
+        for k, tp in zip(self.assigned, tps, strict=True):
+            if k in self.position:
+                self._consumer.seek(tp, self.position[k])
+            else:
+                fresh.append(tp)
+        if fresh:
+            self._consumer.seek_to_beginning(*fresh)
+
+    def _subscribe(self, op: Op) -> Op:
+        assert self._consumer is not None
+        topics = sorted({self.keymap.topic_partition(k)[0] for k in op.value})
+        try:
+            self._consumer.subscribe(topics=topics)
+        except (kerr.KafkaError, AssertionError, ValueError) as e:
+            # Subscribing only changes this consumer's interest; nothing in the log changed.
+            return complete(op, FAIL, op.value, error=_err_text(e))
+        self.assigned = list(op.value)
+        return complete(op, OK, op.value)
+
+    def _plain(self, op: Op) -> Op:
+        value = [list(m) for m in op.value]
+        for i, m in enumerate(value):
+            if m[0] == "send":
+                try:
+                    self._send_one(value, i).get(timeout=self.op_timeout)
+                except Exception as e:  # noqa: BLE001 - classified below
+                    return complete(op, classify(e), value, error=_err_text(e))
+            elif (err := self._poll_one(value, i)) is not None:
+                self._seek_back(value)
+                return complete(op, INFO, value, error=_err_text(err))
+        return complete(op, OK, value)
+
+    def _send_one(self, value: list[list[Any]], i: int) -> Any:
+        """Send micro-op i; its future fills in the offset when the broker acknowledges."""
+        assert self._producer is not None
+        _, k, v = value[i]
+        t, p = self.keymap.topic_partition(k)
+        fut = self._producer.send(t, value=str(v).encode(), key=str(k).encode(), partition=p)
+
+        def acked(md: Any) -> None:
+            value[i] = ["send", k, [md.offset if md.offset >= 0 else None, v]]
+
+        fut.add_callback(acked)
+        return fut
+
+    def _poll_one(self, value: list[list[Any]], i: int) -> BaseException | None:
+        assert self._consumer is not None
+        polled: dict[str, list[list[Any]]] = {}
+        value[i] = ["poll", polled]
+        if not self.assigned:
+            return None
+        try:
+            batches = self._consumer.poll(timeout_ms=int(self.poll_timeout * 1000), max_records=500)
+        except Exception as e:  # noqa: BLE001 - a poll changes nothing in the log: info
+            return e
+        for tp, records in batches.items():
+            k = self.keymap.key(tp.topic, tp.partition)
+            for r in records:
+                add_polled(polled, k, r.offset, int(r.value))
+                self.position[k] = r.offset + 1
+        return None
+
+    def _seek_back(self, value: list[list[Any]]) -> None:
+        back = seek_back(value)
+        if not back or self._consumer is None:
+            return
+        self.position.update(back)
+        for k, off in back.items():
+            try:
+                self._consumer.seek(self._tp(k), off)
+            except (kerr.KafkaError, AssertionError, ValueError) as e:
+                log.info("seek-back failed: %s", _err_text(e))
+
+    def _txn(self, op: Op) -> Op:
+        assert self._producer is not None
+        value = [list(m) for m in op.value]
+        try:
+            if not self._txn_ready:
+                self._producer.init_transactions()
+                self._txn_ready = True
+            self._producer.begin_transaction()
+        except Exception as e:  # noqa: BLE001
+            # No transaction began, so nothing of this op was sent.
+            self._reopen_producer()
+            return complete(op, FAIL, value, error=_err_text(e))
+        for i, m in enumerate(value):
+            if m[0] == "send":
+                try:
+                    self._send_one(value, i)
+                except Exception as e:  # noqa: BLE001
+                    return self._abort(op, value, e)
+            elif (err := self._poll_one(value, i)) is not None:
+                return self._abort(op, value, err)
+        try:
+            self._producer.commit_transaction()
+        except Exception as e:  # noqa: BLE001 - whether the commit happened is unknown: info
+            self._seek_back(value)
+            self._reopen_producer()
+            return complete(op, INFO, value, error=_err_text(e))
+        return complete(op, OK, value)
+
+    def _abort(self, op: Op, value: list[list[Any]], err: BaseException) -> Op:
+        """Abort the open transaction: fail if the abort is confirmed, else info."""
+        assert self._producer is not None
+        self._seek_back(value)
+        try:
+            self._producer.abort_transaction()
+        except Exception as e:  # noqa: BLE001
+            self._reopen_producer()
+            return complete(op, INFO, value, error=f"{_err_text(err)}; abort: {_err_text(e)}")
+        # The coordinator confirmed the abort: no record of this transaction is visible.
+        return complete(op, FAIL, value, error=_err_text(err))

@@ -1,0 +1,37 @@
+"""The queue workload assembled from a TestConfig: its generator and its clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logquake.config import TestConfig
+from logquake.workloads.client import Client, KeyMap
+from logquake.workloads.generator import QueueGenerator
+
+
+def producer_settings(cfg: TestConfig) -> dict[str, Any]:
+    """The library-neutral producer settings of a test (`producer:` in the config)."""
+    return dict(getattr(cfg, "producer", None) or {})
+
+
+def make_generator(cfg: TestConfig) -> QueueGenerator:
+    assert cfg.seed is not None, "resolve the seed first (TestConfig.with_seed)"
+    return QueueGenerator(seed=cfg.seed, txn=cfg.txn, sub_via=cfg.sub_via)
+
+
+def make_client(cfg: TestConfig, **kw: Any) -> Client:
+    """A fresh, unopened client of the configured library."""
+    opts: dict[str, Any] = {
+        "keymap": KeyMap(partitions=cfg.partitions),
+        "txn": cfg.txn,
+        "sub_via": cfg.sub_via,
+        "producer": producer_settings(cfg),
+        **kw,
+    }
+    if cfg.client == "kafka-python":
+        from logquake.workloads.kafkapython import KafkaPythonClient
+
+        return KafkaPythonClient(**opts)
+    from logquake.workloads.confluent import ConfluentClient
+
+    return ConfluentClient(**opts)

@@ -1,0 +1,120 @@
+"""The queue generator, driven without clients under fixed seeds."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from logquake.history import INFO, OK, Op
+from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, micro_f
+
+
+def _drive(gen: QueueGenerator, n: int, workers: int = 3) -> list[Op]:
+    """Ask workers round-robin; complete each op ok with made-up offsets (a perfect log)."""
+    ops, logs = [], {}
+    for i in range(n):
+        ctx = Context(worker=i % workers, process=i % workers, phase=MAIN)
+        op = gen.op(ctx)
+        ops.append(op)
+        gen.update(ctx, _perfect(op, logs))
+    return ops
+
+
+def _perfect(op: Op, logs: dict[int, list[int]]) -> Op:
+    if op.f in ("assign", "subscribe"):
+        return Op(process=op.process, type=OK, f=op.f, value=op.value)
+    if op.f == "crash":
+        return Op(process=op.process, type=INFO, f=op.f, value=None)
+    value = []
+    for m in op.value:
+        if m[0] == "send":
+            log = logs.setdefault(m[1], [])
+            log.append(m[2])
+            value.append(["send", m[1], [len(log) - 1, m[2]]])
+        else:
+            value.append(["poll", {}])
+    return Op(process=op.process, type=OK, f=op.f, value=value)
+
+
+def test_same_seed_same_ops_and_different_seed_differs():
+    a = [o.to_dict() for o in _drive(QueueGenerator(seed=7), 2000)]
+    b = [o.to_dict() for o in _drive(QueueGenerator(seed=7), 2000)]
+    c = [o.to_dict() for o in _drive(QueueGenerator(seed=8), 2000)]
+    assert a == b
+    assert a != c
+
+
+def test_values_unique_per_key_and_consecutive():
+    ops = _drive(QueueGenerator(seed=1, max_writes_per_key=50), 5000)
+    per_key: dict[int, list[int]] = {}
+    for op in ops:
+        for m in op.value or []:
+            if isinstance(m, list) and m[0] == "send":
+                per_key.setdefault(m[1], []).append(m[2])
+    assert len(per_key) > 10  # keys rotated
+    for vs in per_key.values():
+        assert vs == list(range(1, len(vs) + 1))
+
+
+def test_key_rotation_respects_budget_and_keeps_ten_active():
+    gen = QueueGenerator(seed=3, max_writes_per_key=20)
+    _drive(gen, 3000)
+    assert len(gen.active) == 10
+    for k, nv in gen.next_value.items():
+        assert nv - 1 <= 20, (k, nv)
+
+
+def test_op_mix_without_txn():
+    ops = _drive(QueueGenerator(seed=5), 20000, workers=10)
+    fs = Counter(o.f for o in ops)
+    assert set(fs) == {"send", "poll", "assign", "crash"}
+    assert all(len(o.value) == 1 for o in ops if o.f in ("send", "poll"))
+    # about one op in 64 (re)assigns, plus one per fresh client
+    assert 0.5 / 64 < fs["assign"] / len(ops) < 2.5 / 64
+    assert fs["crash"] > 0
+
+
+def test_txn_ops_have_one_to_four_micro_ops():
+    ops = _drive(QueueGenerator(seed=5, txn=True, sub_via="subscribe"), 5000)
+    sizes = Counter(len(o.value) for o in ops if o.f in ("send", "poll", "txn"))
+    assert set(sizes) == {1, 2, 3, 4}
+    assert "subscribe" in {o.f for o in ops} and "assign" not in {o.f for o in ops}
+    for o in ops:
+        if o.f in ("send", "poll", "txn"):
+            assert o.f == micro_f(o.value)
+
+
+def test_first_op_of_every_fresh_client_assigns():
+    gen = QueueGenerator(seed=9)
+    ctx = Context(worker=0, process=0)
+    assert gen.op(ctx).f == "assign"
+    gen.update(ctx, Op(process=0, type=OK, f="assign", value=[0]))
+    gen.fresh_client(0)
+    assert gen.op(ctx).f == "assign"
+
+
+def test_drain_assigns_all_keys_then_polls_until_highest_offsets_read():
+    gen = QueueGenerator(seed=11)
+    _drive(gen, 500, workers=1)
+    ctx = Context(worker=0, process=0, phase=DRAIN)
+    op = gen.op(ctx)
+    assert op.f == "assign" and op.get("seek_to_beginning") is True
+    assert op.value == gen.all_keys
+    gen.update(ctx, Op(process=0, type=OK, f="assign", value=op.value))
+    target = dict(gen.highest)
+    assert target
+    assert gen.op(ctx).f == "poll"
+    # an info poll teaches nothing; an ok poll reaching every key's highest offset ends the drain
+    everything = {str(k): [[off, 0]] for k, off in target.items()}
+    gen.update(ctx, Op(process=0, type=INFO, f="poll", value=[["poll", everything]]))
+    assert gen.op(ctx) is not None
+    gen.update(ctx, Op(process=0, type=OK, f="poll", value=[["poll", everything]]))
+    assert gen.op(ctx) is None
+
+
+def test_info_sends_are_not_a_drain_target():
+    gen = QueueGenerator(seed=2)
+    ctx = Context(worker=0, process=0)
+    gen.update(ctx, Op(process=0, type=INFO, f="send", value=[["send", 1, [99, 5]]]))
+    assert gen.highest == {}
+    gen.update(ctx, Op(process=0, type=OK, f="send", value=[["send", 1, [3, 6]]]))
+    assert gen.highest == {1: 3}

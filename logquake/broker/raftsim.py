@@ -1,0 +1,388 @@
+"""A deterministic in-process cluster of `RaftNode`s on a seeded, faulty network (etcd's rafttest).
+
+`Sim` plays the shell of every node: it persists each `Ready` in memory, delivers messages after a
+random delay (so they reorder), drops them at a configurable rate or across a partition (cut
+links drop even messages already in flight, as iptables would), crashes nodes (losing every
+Ready not yet advanced) and restarts them from what they persisted. Time is a step counter;
+nothing sleeps, so thousands of schedules run in seconds.
+
+An oracle watches every step and records violations instead of raising, so a test can show it
+catches a deliberately unsafe configuration (`unclean_election=True`):
+- election safety: at most one leader per term;
+- committed entries never change: every entry any node reports in `Ready.committed` is
+  remembered per index, and any other report for that index must be identical;
+- leader completeness: a node becoming leader holds every entry already reported committed;
+- log matching: at the end, two logs with the same term at an index agree on the whole prefix,
+  and every node's log up to its commit index equals the committed record.
+`run_schedule(seed)` drives one random schedule of faults and proposals, then heals everything
+and checks liveness: a leader is elected and a new proposal commits on every node.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from logquake.broker.raft import LEADER, Entry, HardState, Message, RaftConfig, RaftNode
+
+__all__ = ["Sim", "SimResult", "SimNode", "run_many", "run_schedule"]
+
+
+@dataclass
+class SimNode:
+    """One simulated machine: its durable state outlives `raft`, which is None while down."""
+
+    node_id: int
+    raft: RaftNode | None
+    hard_state: HardState | None = None
+    log: list[Entry] = field(default_factory=list)  # what it persisted
+    applied: list[Entry] = field(default_factory=list)  # its state machine: committed entries in order
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimResult:
+    """What one schedule did and what the oracle found (empty `violations` = safe and live)."""
+
+    seed: int
+    violations: tuple[str, ...]
+    max_term: int
+    committed: int
+    leaders: int
+    crashes: int
+    messages: int
+    committed_truncations: int
+
+
+class Sim:
+    """The cluster, its network and the oracle. See the module docstring.
+
+    Args:
+        n: number of nodes (ids 1..n).
+        seed: everything random (delays, drops, election timeouts) derives from it.
+        config: every node's `RaftConfig`.
+        drop: probability a message is lost.
+        max_delay: messages arrive 1..max_delay steps after they are sent.
+        group: the Raft group's name.
+    """
+
+    def __init__(
+        self,
+        *,
+        n: int = 3,
+        seed: int = 0,
+        config: RaftConfig | None = None,
+        drop: float = 0.0,
+        max_delay: int = 1,
+        group: str = "g",
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.config = config or RaftConfig()
+        self.group = group
+        self.ids = tuple(range(1, n + 1))
+        self.drop = drop
+        self.max_delay = max_delay
+        self.now = 0
+        self.cut: set[tuple[int, int]] = set()
+        self.queue: list[tuple[int, int, Message]] = []
+        self._seq = 0
+        self.nodes = {i: SimNode(i, self._new_raft(i, None, ())) for i in self.ids}
+        self.leaders_by_term: dict[int, int] = {}
+        self.committed: dict[int, Entry] = {}
+        self.violations: list[str] = []
+        self.messages_sent = 0
+        self.crashes = 0
+        self._seen_leader: set[tuple[int, int]] = set()
+
+    # ---- nodes -----------------------------------------------------------------------------
+
+    def _new_raft(self, i: int, hs: HardState | None, log: Sequence[Entry]) -> RaftNode:
+        rng = random.Random(self.rng.getrandbits(64))
+        return RaftNode(
+            group=self.group,
+            node_id=i,
+            voters=self.ids,
+            config=self.config,
+            rng=rng,
+            hard_state=hs,
+            entries=log,
+        )
+
+    def raft(self, i: int) -> RaftNode:
+        """The running RaftNode of node `i` (raises if it is down)."""
+        r = self.nodes[i].raft
+        if r is None:
+            raise RuntimeError(f"node {i} is down")
+        return r
+
+    def up(self) -> list[int]:
+        return [i for i in self.ids if self.nodes[i].raft is not None]
+
+    def crash(self, i: int) -> None:
+        """Kill node `i`: whatever it had not persisted (advanced) is gone."""
+        if self.nodes[i].raft is not None:
+            self.nodes[i].raft = None
+            self.crashes += 1
+
+    def restart(self, i: int) -> None:
+        """Start node `i` again from its persisted hard state and log; it replays its log."""
+        node = self.nodes[i]
+        if node.raft is None:
+            node.raft = self._new_raft(i, node.hard_state, list(node.log))
+            node.applied = []
+
+    def leaders(self) -> list[int]:
+        return [i for i in self.up() if self.nodes[i].raft.role == LEADER]  # type: ignore[union-attr]
+
+    def leader(self) -> int | None:
+        """The up leader with the highest term, if any."""
+        best = None
+        for i in self.leaders():
+            if best is None or self.raft(i).term > self.raft(best).term:
+                best = i
+        return best
+
+    def propose(self, data: bytes, node: int | None = None) -> int | None:
+        """Propose on `node` (default: the current leader); the index, or None."""
+        i = self.leader() if node is None else node
+        if i is None or self.nodes[i].raft is None:
+            return None
+        return self.raft(i).propose(data)
+
+    # ---- network ---------------------------------------------------------------------------
+
+    def partition(self, *sides: Iterable[int]) -> None:
+        """Cut every link between different sides (nodes listed nowhere form one more side)."""
+        groups = [set(s) for s in sides]
+        rest = set(self.ids) - set().union(*groups)
+        if rest:
+            groups.append(rest)
+        side = {i: k for k, g in enumerate(groups) for i in g}
+        self.cut = {(a, b) for a in self.ids for b in self.ids if side[a] != side[b]}
+
+    def isolate(self, i: int) -> None:
+        self.partition([i])
+
+    def cut_one_way(self, frm: int, to: int) -> None:
+        self.cut.add((frm, to))
+
+    def heal(self) -> None:
+        self.cut = set()
+
+    def _send(self, m: Message) -> None:
+        self.messages_sent += 1
+        if self.drop and self.rng.random() < self.drop:
+            return
+        delay = 1 if self.max_delay <= 1 else self.rng.randint(1, self.max_delay)
+        self._seq += 1
+        heapq.heappush(self.queue, (self.now + delay, self._seq, m))
+
+    # ---- time ------------------------------------------------------------------------------
+
+    def step(self, *, tick: bool = True) -> None:
+        """One unit of time: tick every up node, deliver due messages, process every Ready."""
+        self.now += 1
+        if tick:
+            for i in self.ids:
+                r = self.nodes[i].raft
+                if r is not None:
+                    r.tick()
+        q = self.queue
+        while q and q[0][0] <= self.now:
+            _, _, m = heapq.heappop(q)
+            r = self.nodes[m.to].raft
+            if r is None or (m.frm, m.to) in self.cut:
+                continue
+            r.step(m)
+        self.process_readies()
+
+    def process_readies(self) -> None:
+        for i in self.ids:
+            r = self.nodes[i].raft
+            if r is not None and r.has_ready():
+                self._handle_ready(self.nodes[i], r)
+            if r is not None:
+                self._observe(i, r)
+
+    def _handle_ready(self, node: SimNode, r: RaftNode) -> None:
+        rd = r.ready()
+        if rd.entries:
+            first = rd.entries[0].index
+            if first > len(node.log) + 1:
+                self._violate(
+                    f"node {node.node_id}: Ready entries start at {first}, log ends at {len(node.log)}"
+                )
+            del node.log[first - 1 :]
+            node.log.extend(rd.entries)
+        if rd.hard_state is not None:
+            node.hard_state = rd.hard_state
+        for m in rd.messages:
+            self._send(m)
+        if rd.rewind_to is not None:
+            del node.applied[rd.rewind_to :]
+        for e in rd.committed:
+            self._record_commit(node, e)
+        r.advance(rd)
+
+    def stabilize(self, max_steps: int = 1000) -> None:
+        """Deliver messages without ticking until the network is quiet."""
+        for _ in range(max_steps):
+            if not self.queue and not any(self.raft(i).has_ready() for i in self.up()):
+                return
+            self.step(tick=False)
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
+    def run_until(self, cond, max_steps: int) -> bool:  # noqa: ANN001 - a zero-arg predicate
+        for _ in range(max_steps):
+            if cond():
+                return True
+            self.step()
+        return cond()
+
+    # ---- oracle ----------------------------------------------------------------------------
+
+    def _violate(self, what: str) -> None:
+        self.violations.append(f"t={self.now}: {what}")
+
+    def _record_commit(self, node: SimNode, e: Entry) -> None:
+        if e.index != len(node.applied) + 1:
+            self._violate(f"node {node.node_id} applied index {e.index} after {len(node.applied)}")
+        node.applied.append(e)
+        seen = self.committed.setdefault(e.index, e)
+        if seen != e:
+            self._violate(f"committed entry {e.index} changed: {seen} then {e} (node {node.node_id})")
+
+    def _observe(self, i: int, r: RaftNode) -> None:
+        if r.role != LEADER or (i, r.term) in self._seen_leader:
+            return
+        self._seen_leader.add((i, r.term))
+        other = self.leaders_by_term.setdefault(r.term, i)
+        if other != i:
+            self._violate(f"two leaders in term {r.term}: {other} and {i}")
+        for idx, e in self.committed.items():
+            if r.entry(idx) != e:
+                self._violate(f"leader {i} of term {r.term} lacks committed entry {e} (has {r.entry(idx)})")
+                break
+
+    def check_logs(self) -> None:
+        """Log matching and committed prefixes across all nodes (down nodes: their disk)."""
+        logs = {}
+        for i in self.ids:
+            r = self.nodes[i].raft
+            logs[i] = (r.entries_from(1), r.commit_index) if r is not None else (tuple(self.nodes[i].log), 0)
+        for i, (log, commit) in logs.items():
+            for idx in range(1, commit + 1):
+                want = self.committed.get(idx)
+                if want is not None and log[idx - 1] != want:
+                    self._violate(
+                        f"node {i} commit {commit} but entry {idx} is {log[idx - 1]}, committed {want}"
+                    )
+                    break
+        ids = list(logs)
+        for a_pos, a in enumerate(ids):
+            for b in ids[a_pos + 1 :]:
+                la, lb = logs[a][0], logs[b][0]
+                n = min(len(la), len(lb))
+                # the highest index where both logs hold the same term must have equal prefixes
+                for idx in range(n, 0, -1):
+                    if la[idx - 1].term == lb[idx - 1].term:
+                        if la[:idx] != lb[:idx]:
+                            self._violate(f"log matching broken between {a} and {b} at/below {idx}")
+                        break
+
+
+def run_schedule(
+    seed: int,
+    *,
+    n: int = 3,
+    steps: int = 300,
+    config: RaftConfig | None = None,
+    fault_rate: float = 0.04,
+    max_drop: float = 0.2,
+    max_delay: int = 3,
+    propose_rate: float = 0.3,
+    heal_steps: int = 400,
+) -> SimResult:
+    """One random schedule: faults and proposals for `steps`, then heal and check liveness."""
+    cfg = config or RaftConfig()
+    sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay)
+    rng = random.Random(seed ^ 0x5EED)
+    for t in range(steps):
+        if rng.random() < fault_rate:
+            _random_fault(sim, rng, max_drop)
+        if rng.random() < propose_rate:
+            for i in sim.leaders():
+                sim.propose(f"{seed}:{t}:{i}".encode(), i)
+        sim.step()
+    # Heal: every node up, every link whole, no loss. Then a leader must emerge and commit.
+    for i in sim.ids:
+        sim.restart(i)
+    sim.heal()
+    sim.drop = 0.0
+    marker = f"{seed}:final".encode()
+    proposed: list[tuple[int, int, int]] = []  # (node, index, term)
+
+    def live() -> bool:
+        lead = sim.leader()
+        if lead is None:
+            return False
+        r = sim.raft(lead)
+        if not proposed or proposed[-1][2] != r.term:
+            idx = r.propose(marker)
+            if idx is not None:
+                proposed.append((lead, idx, r.term))
+            return False
+        _, idx, term = proposed[-1]
+        return all(
+            sim.raft(i).commit_index >= idx and sim.raft(i).entry(idx) == Entry(term, idx, marker)
+            for i in sim.ids
+        )
+
+    if not sim.run_until(live, heal_steps):
+        sim._violate(f"liveness: no leader committed a proposal within {heal_steps} steps after healing")
+    sim.check_logs()
+    return SimResult(
+        seed=seed,
+        violations=tuple(sim.violations),
+        max_term=max(sim.raft(i).term for i in sim.ids),
+        committed=len(sim.committed),
+        leaders=len(sim.leaders_by_term),
+        crashes=sim.crashes,
+        messages=sim.messages_sent,
+        committed_truncations=sum(sim.raft(i).committed_truncations for i in sim.ids),
+    )
+
+
+def _random_fault(sim: Sim, rng: random.Random, max_drop: float) -> None:
+    action = rng.randrange(6)
+    ids = list(sim.ids)
+    if action == 0:
+        sim.crash(rng.choice(ids))
+    elif action == 1:
+        down = [i for i in ids if i not in sim.up()]
+        if down:
+            sim.restart(rng.choice(down))
+    elif action == 2:
+        rng.shuffle(ids)
+        k = rng.randint(1, len(ids) // 2)
+        sim.partition(ids[:k])
+    elif action == 3:
+        sim.cut_one_way(*rng.sample(ids, 2))
+    elif action == 4:
+        sim.heal()
+    else:
+        sim.drop = rng.uniform(0.0, max_drop)
+
+
+def run_many(seeds: Iterable[int], **kwargs) -> list[SimResult]:  # noqa: ANN003 - run_schedule's options
+    """`run_schedule` for each seed; returns every result (check `.violations`)."""
+    return [run_schedule(s, **kwargs) for s in seeds]
+
+
+def unsafe(config: RaftConfig | None = None) -> RaftConfig:
+    """`config` with `unclean_election=True` (for showing the oracle catches data loss)."""
+    return replace(config or RaftConfig(), unclean_election=True)

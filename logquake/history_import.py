@@ -181,7 +181,7 @@ class _Reader:
             return self.read_until("}")  # a set: a list, as in JSON
         self.i += 1
         tag = self.token()
-        if not tag:
+        if not tag[:1].isalpha():  # not a tag: reader conditionals, regexes... are not EDN
             raise EdnError(f"unsupported dispatch #{nxt}", self.i)
         return self.read()  # a tagged literal (#inst, #uuid, records): keep the form
 

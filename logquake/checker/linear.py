@@ -254,11 +254,16 @@ def _search(
 # --- explanations and results ------------------------------------------------------------------
 
 
+def _thaw(v: Any) -> Any:
+    """Tuples back to lists, as the history had them."""
+    return [_thaw(x) for x in v] if isinstance(v, tuple) else v
+
+
 def _op_json(op: Operation, model: Model) -> dict[str, Any]:
     return {
         "process": op.process,
         "f": op.f,
-        "value": op.value,
+        "value": _thaw(op.value),
         "type": "ok" if op.known else "info",
         "invoke_index": op.invoke_index,
         "complete_index": op.complete_index,
@@ -294,7 +299,7 @@ def _explain(ops: Sequence[Operation], model: Model, f: _Furthest, key: Any) -> 
     )
     shown = f.prefix[-MAX_PREFIX_SHOWN:]
     return {
-        "key": key,
+        "key": _json_key(key),
         "op": _op_json(stuck, model),
         "prefix_length": len(f.prefix),
         "prefix_tail": [_op_json(ops[i], model) for i in shown],
@@ -344,7 +349,7 @@ def check_operations(
 
 
 def _json_key(key: Any) -> Any:
-    return key if key is None or isinstance(key, int | str) else repr(key)
+    return key if key is None or isinstance(key, int | str) else repr(_thaw(key))
 
 
 def check_linearizable(

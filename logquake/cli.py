@@ -79,9 +79,42 @@ def run(
 @app.command()
 def check(
     history: Annotated[Path, typer.Argument(help="A history.jsonl file (or a run directory).")],
+    sub_via: Annotated[str, typer.Option("--sub-via", help="assign or subscribe.")] = "assign",
+    txn: Annotated[bool, typer.Option("--txn", help="The workload used transactions.")] = False,
+    no_ww_deps: Annotated[
+        bool, typer.Option("--no-ww-deps", help="Infer no write-write edges (G1c becomes bad).")
+    ] = False,
+    ignore: Annotated[
+        list[str] | None, typer.Option("--ignore", help="Anomaly type never bad, e.g. unseen (repeatable).")
+    ] = None,
+    guarantee: Annotated[
+        str | None, typer.Option("--guarantee", help="at-most-once, at-least-once or exactly-once.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results object as JSON.")] = False,
 ) -> None:
     """Check a stored history; exit 0 valid, 1 invalid, 2 unknown."""
-    _not_yet("`logquake check`", 3)
+    import json
+
+    from logquake.checker import CheckOptions, check_history
+    from logquake.checker.summary import render_summary
+    from logquake.errors import ConfigError
+    from logquake.history import load_history
+
+    path = history / "history.jsonl" if history.is_dir() else history
+    try:
+        opts = CheckOptions(sub_via=sub_via, txn=txn, ww_deps=not no_ww_deps, ignore=tuple(ignore or ()),
+                            guarantee=guarantee)
+    except ValueError as e:
+        raise ConfigError("check", str(e)) from None
+    with err_console.status(f"reading {path}"):
+        ops = load_history(path)
+    with err_console.status(f"checking {len(ops)} ops"):
+        result = check_history(ops, opts)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        render_summary(result, Console(), title=str(path))
+    raise typer.Exit({True: 0, False: 1}.get(result["valid"], 2))
 
 
 @app.command()

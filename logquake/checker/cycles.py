@@ -1,0 +1,371 @@
+"""Cycle anomalies (G0, G1c and their -process / -realtime variants), as Elle finds them.
+
+Dependency edges between ops (nodes are ok and info send/poll/txn ops; a failed op did
+not happen):
+
+- ww: T1 sent v1 to k, T2 sent v2 to k, v2 the next value after v1 in k's version order
+- wr: T1 sent v to k and T2 polled it
+- process: T2 is the next op of T1's process
+- realtime: T1 completed before T2 was invoked
+
+The search runs in two stages. First the strongly connected components of the whole
+graph, on a compact integer graph: realtime order is encoded by a chain of "time" nodes
+(each op links to the time node after its completion, each time node to the op invoked
+there and to the next one), which keeps reachability exact with O(n) edges instead of
+O(n * concurrency). Our own iterative Tarjan does this stage, since a networkx graph of a
+million nodes costs ~10x the memory and time. Then each component with two or more ops
+becomes a small networkx graph with explicit, typed edges, and for each anomaly type we
+look for the shortest cycle using only its edge types and containing its required ones
+(a BFS over (op, edge types used) states), explained step by step in plain words.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from logquake.checker.options import CheckOptions
+from logquake.checker.queue_index import INF, QueueIndex, Txn
+from logquake.checker.result import op_ref
+
+WW, WR, PROCESS, REALTIME = 1, 2, 4, 8
+REL_NAMES = {WW: "ww", WR: "wr", PROCESS: "process", REALTIME: "realtime"}
+
+# (type, edge types it may use, edge types it must use), in Elle's order.
+SPECS = (
+    ("G0", WW, WW),
+    ("G1c", WW | WR, WR),
+    ("G0-process", WW | PROCESS, PROCESS),
+    ("G1c-process", WW | WR | PROCESS, WR | PROCESS),
+    ("G0-realtime", WW | PROCESS | REALTIME, REALTIME),
+    ("G1c-realtime", WW | WR | PROCESS | REALTIME, WR | REALTIME),
+)
+MAX_STARTS = 32  # BFS roots tried per component and type: bounds work in a huge component
+
+
+class OutOfTime(Exception):
+    """The cycle search's time budget ran out."""
+
+
+@dataclass
+class CycleSearch:
+    """What the search found: cycles per type, and whether it finished."""
+
+    cases: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    timed_out: bool = False
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
+    """Find and explain the cycles of a history within opts.time_budget seconds."""
+    started = time.monotonic()
+    deadline = started + opts.time_budget
+    out = CycleSearch(cases={name: [] for name, _, _ in SPECS})
+    try:
+        adj = _compact_graph(ix, opts)
+        comps = strongly_connected(adj, len(ix.txns), deadline)
+        out.stats["components"] = len(comps)
+        out.stats["largest_component"] = max((len(c) for c in comps), default=0)
+        for comp in comps:
+            g = component_graph(ix, opts, comp)
+            for name, allowed, required in SPECS:
+                path = shortest_cycle(g, allowed, required, deadline)
+                if path is not None:
+                    out.cases[name].append(explain(g, path))
+    except OutOfTime:
+        out.timed_out = True
+    for errs in out.cases.values():
+        errs.sort(key=lambda e: len(e["steps"]))
+    out.stats["seconds"] = round(time.monotonic() - started, 3)
+    return out
+
+
+# --- stage 1: the whole graph, compact --------------------------------------------------
+
+
+def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
+    """Adjacency lists over ops (ids 0..n-1) and time nodes (n..)."""
+    txns = ix.txns
+    n = len(txns)
+    nodes = [t for t in txns if t.type != "fail"]
+    adj: list[list[int]] = [[] for _ in range(n)]
+    if opts.ww_deps:
+        for k, ko in ix.orders.items():
+            writers = ix.writer_of.get(k, {})
+            prev = None
+            for v in ko.values:
+                w = writers.get(v)
+                if w is None or w.type == "fail":
+                    continue
+                if prev is not None and w is not prev:
+                    adj[prev.id].append(w.id)
+                prev = w
+    for t in nodes:
+        for k, pairs in t.reads.items():
+            writers = ix.writer_of.get(k)
+            if not writers:
+                continue
+            # With ww edges, the writer of the last value read reaches all earlier ones'
+            # writers' successors along the ww chain, so one edge per key keeps reachability.
+            for _, v in (pairs[-1:] if opts.ww_deps else pairs):
+                w = writers.get(v)
+                if w is not None and w is not t and w.type != "fail":
+                    adj[w.id].append(t.id)
+    last_of: dict[Any, Txn] = {}
+    for t in nodes:
+        prev = last_of.get(t.process)
+        if prev is not None:
+            adj[prev.id].append(t.id)
+        last_of[t.process] = t
+    # Realtime via time nodes: time node j stands for the j-th invocation.
+    by_inv = sorted(nodes, key=lambda t: t.inv_index)
+    invs = [t.inv_index for t in by_inv]
+    base = n
+    for j, t in enumerate(by_inv):
+        adj.append([t.id, base + j + 1] if j + 1 < len(by_inv) else [t.id])
+    for t in nodes:
+        if t.comp_index != INF:
+            j = bisect_right(invs, t.comp_index)
+            if j < len(by_inv):
+                adj[t.id].append(base + j)
+    return adj
+
+
+def strongly_connected(adj: list[list[int]], n_real: int, deadline: float) -> list[list[int]]:
+    """Components (iterative Tarjan) holding two or more real nodes (ids < n_real)."""
+    n = len(adj)
+    index = [0] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    found: list[list[int]] = []
+    counter = 1
+    for root in range(n):
+        if index[root]:
+            continue
+        if time.monotonic() > deadline:
+            raise OutOfTime
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        work = [(root, iter(adj[root]))]
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if not index[w]:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = True
+                    work.append((w, iter(adj[w])))
+                    break
+                if on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                work.pop()
+                if work:
+                    u = work[-1][0]
+                    if low[v] < low[u]:
+                        low[u] = low[v]
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack[w] = False
+                        if w < n_real:
+                            comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+# --- stage 2: one component, typed edges ------------------------------------------------
+
+
+def component_graph(ix: QueueIndex, opts: CheckOptions, comp: list[int]) -> nx.DiGraph:
+    """The ops of one component with every typed edge between them and its witness."""
+    txns = ix.txns
+    members = [txns[i] for i in comp]
+    g = nx.DiGraph()
+    for t in members:
+        g.add_node(t.id, txn=t)
+
+    def link(a: Txn, b: Txn, rel: int, why: dict) -> None:
+        if a is b:
+            return
+        if g.has_edge(a.id, b.id):
+            d = g[a.id][b.id]
+            if not d["rels"] & rel:
+                d["rels"] |= rel
+                d["why"][rel] = why
+        else:
+            g.add_edge(a.id, b.id, rels=rel, why={rel: why})
+
+    inside = set(comp)
+    if opts.ww_deps:
+        for t in members:
+            for k, v1, _ in t.sends:
+                nxt = _next_writer(ix, k, v1, t)
+                if nxt is not None and nxt[0].id in inside:
+                    link(t, nxt[0], WW, {"key": k, "value": nxt[1], "value2": nxt[2]})
+    for t in members:
+        for k, pairs in t.reads.items():
+            for _, v in pairs:
+                w = ix.writer(k, v)
+                if w is not None and w.id in inside:
+                    link(w, t, WR, {"key": k, "value": v})
+    last_of: dict[Any, Txn] = {}
+    for t in members:  # ids are in completion order, which is process order
+        prev = last_of.get(t.process)
+        if prev is not None:
+            link(prev, t, PROCESS, {})
+        last_of[t.process] = t
+    for a, b in _realtime_pairs(members):
+        link(a, b, REALTIME, {})
+    return g
+
+
+def _next_writer(ix: QueueIndex, k: Any, v1: Any, t: Txn) -> tuple[Txn, Any, Any] | None:
+    """The next op after t to write key k in its version order: (op, t's value, its value)."""
+    ko = ix.orders.get(k)
+    if ko is None or v1 not in ko.first_index:
+        return None
+    writers = ix.writer_of.get(k, {})
+    last = v1
+    for j in range(ko.first_index[v1] + 1, len(ko.values)):
+        v = ko.values[j]
+        w = writers.get(v)
+        if w is None or w.type == "fail":
+            continue
+        if w is t:
+            last = v
+            continue
+        return w, last, v
+    return None
+
+
+def _realtime_pairs(members: list[Txn]) -> list[tuple[Txn, Txn]]:
+    """Transitively reduced realtime order: b follows a if a completed before b began."""
+    events = []
+    for t in members:
+        events.append((t.inv_index, 1, t))
+        if t.comp_index != INF:
+            events.append((t.comp_index, 0, t))
+    events.sort(key=lambda e: (e[0], e[1]))
+    frontier: list[Txn] = []
+    pairs = []
+    for _, kind, t in events:
+        if kind == 1:
+            pairs.extend((a, t) for a in frontier)
+        else:
+            frontier = [a for a in frontier if not a.comp_index < t.inv_index]
+            frontier.append(t)
+    return pairs
+
+
+def shortest_cycle(g: nx.DiGraph, allowed: int, required: int, deadline: float) -> list | None:
+    """The shortest cycle using only `allowed` edge types and every `required` one.
+
+    Returns [(node, rel used to reach the next node), ...] or None. BFS over states
+    (node, edge types used so far) from up to MAX_STARTS roots.
+    """
+    starts = [u for u, v, d in g.edges(data=True) if d["rels"] & required & allowed]
+    seen_roots: list[int] = []
+    for u in starts:
+        if u not in seen_roots:
+            seen_roots.append(u)
+    best: list | None = None
+    for root in seen_roots[:MAX_STARTS]:
+        if time.monotonic() > deadline:
+            raise OutOfTime
+        path = _bfs_cycle(g, root, allowed, required, best)
+        if path is not None and (best is None or len(path) < len(best)):
+            best = path
+            if len(best) == 2:
+                break
+    return best
+
+
+def _bfs_cycle(g: nx.DiGraph, root: int, allowed: int, required: int, best: list | None) -> list | None:
+    limit = len(best) if best is not None else None
+    start = (root, 0)
+    parent: dict[tuple, tuple | None] = {start: None}
+    depth = {start: 0}
+    q = deque([start])
+    succ = g.succ
+    while q:
+        state = q.popleft()
+        node, mask = state
+        if limit is not None and depth[state] + 1 >= limit:
+            return None
+        for nbr, d in succ[node].items():
+            rels = d["rels"] & allowed
+            bit = 1
+            while rels:
+                if rels & bit:
+                    rels &= ~bit
+                    m = mask | bit
+                    if nbr == root and m & required == required:
+                        return _unwind(parent, state, bit)
+                    nxt = (nbr, m)
+                    if nbr != root and nxt not in parent:
+                        parent[nxt] = (state, bit)
+                        depth[nxt] = depth[state] + 1
+                        q.append(nxt)
+                bit <<= 1
+    return None
+
+
+def _unwind(parent: dict, state: tuple, last_bit: int) -> list:
+    steps = [(state[0], last_bit)]
+    while parent[state] is not None:
+        prev, bit = parent[state]
+        steps.append((prev[0], bit))
+        state = prev
+    steps.reverse()
+    return steps
+
+
+# --- explanations ---------------------------------------------------------------------
+
+
+def explain(g: nx.DiGraph, path: list) -> dict[str, Any]:
+    """A cycle as op references, typed steps and a plain-words explanation."""
+    ids = [node for node, _ in path]
+    names = {node: f"T{i + 1}" for i, node in enumerate(ids)}
+    txns = [g.nodes[n]["txn"] for n in ids]
+    steps = []
+    lines = ["Let:"]
+    for t in txns:
+        lines.append(f"  {names[t.id]} = op {t.op.index} ({t.type} {t.op.f} by process {t.process}, "
+                     f"invoked at op {t.inv_index})")
+    lines.append("Then:")
+    for i, (node, rel) in enumerate(path):
+        nxt = ids[(i + 1) % len(ids)]
+        a, b = g.nodes[node]["txn"], g.nodes[nxt]["txn"]
+        why = g[node][nxt]["why"][rel]
+        text = _step_words(names[node], names[nxt], a, b, rel, why)
+        lead = "However, " if i == len(path) - 1 else ""
+        lines.append(f"  - {lead}{names[node]} < {names[nxt]}, because {text}.")
+        steps.append({"from": names[node], "to": names[nxt], "type": REL_NAMES[rel], **why, "text": text})
+    lines.append("  A cycle: " + " < ".join([names[n] for n in ids] + [names[ids[0]]]) + ".")
+    return {"cycle": [op_ref(t.op) for t in txns], "steps": steps, "explanation": "\n".join(lines)}
+
+
+def _step_words(na: str, nb: str, a: Txn, b: Txn, rel: int, why: dict) -> str:
+    if rel == WW:
+        return (f"{na} sent {why['value']!r} to key {why['key']!r} just before {nb} sent "
+                f"{why['value2']!r} to it in the log")
+    if rel == WR:
+        return f"{nb} polled {why['value']!r} from key {why['key']!r}, which {na} sent"
+    if rel == PROCESS:
+        return f"process {a.process} ran {na} and then {nb}"
+    return f"{na} completed (op {a.op.index}) before {nb} was invoked (op {b.inv_index})"

@@ -1,0 +1,397 @@
+"""Durable storage of one Raft group: segment files of CRC-checked entries plus the hard state.
+
+Layout of a group's directory:
+
+    LOCK                          flock'ed while open, so two processes never share a log
+    hardstate                     term, vote, commit (+ CRC); replaced atomically by rename
+    00000000000000000001.seg      entries 1.. ; a new segment starts past `segment_bytes`
+    00000000000000004711.seg      ...
+
+Each entry on disk is `length u32 | crc32 u32 | term u64 | index u64 | data`, where length
+counts term+index+data and the CRC (zlib.crc32) covers them. On open, `load()` re-reads every
+segment; the first record that is torn (the file ends inside it), fails its CRC or breaks the
+index sequence ends the log: the file is cut there, later segments are removed, and a warning
+says so. Raft then re-fetches the lost suffix from the leader (or, if this node's copy was the
+only one, the entries were never acknowledged by a majority that included it).
+
+Durability: term and vote are always fsynced before `save_hard_state` returns, whatever the
+policy, because voting twice in a term breaks Raft's safety. Entries follow the policy:
+`always` fsyncs in `append` (unless the shell passes `sync=False` and calls `sync()` itself, e.g.
+once for many groups from a worker thread), `interval` leaves `sync()` to the shell's timer, and
+`never` never fsyncs (the unsafe mode `fsync: never`: an acknowledged write can vanish on power
+loss). A commit-index-only change is kept in memory and written with the next durable save or
+at close: the commit index is advisory and Raft relearns it from the leader.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import logging
+import os
+import struct
+import zlib
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+
+from logquake.broker.raft import Entry, HardState
+from logquake.errors import UserError
+
+__all__ = ["FSYNC_POLICIES", "SegmentLog", "StorageError"]
+
+log = logging.getLogger(__name__)
+
+FSYNC_POLICIES = ("always", "interval", "never")
+_SUFFIX = ".seg"
+_HDR = struct.Struct("<II")  # payload length, crc32(payload)
+_META = struct.Struct("<QQ")  # term, index (start of the payload)
+_HS = struct.Struct("<4sIQqQ")  # magic, crc32(rest), term, vote (-1 = none), commit
+_HS_MAGIC = b"LQHS"
+_MAX_ENTRY = 1 << 30  # a length beyond this is garbage, not an entry
+
+
+class StorageError(UserError):
+    """The data directory cannot be used (not a directory, not writable, in use, damaged)."""
+
+
+class _Segment:
+    __slots__ = ("first", "path", "offsets", "size")
+
+    def __init__(self, first: int, path: Path) -> None:
+        self.first = first
+        self.path = path
+        self.offsets = array("Q")  # byte offset of each entry, entry `first + k` at k
+        self.size = 0
+
+
+class SegmentLog:
+    """The persisted log and hard state of one Raft group, in `directory`.
+
+    Args:
+        directory: created if missing; must be writable and not used by another process.
+        fsync: "always" | "interval" | "never" (see the module docstring).
+        segment_bytes: roll to a new segment file once the current one reaches this size.
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike[str], *, fsync: str = "always", segment_bytes: int = 64 << 20
+    ):
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
+        if segment_bytes < 1:
+            raise ValueError(f"segment_bytes must be positive, got {segment_bytes}")
+        self.directory = Path(directory)
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self._open_directory()
+        self._segments: list[_Segment] = []
+        self._firsts: list[int] = []
+        self._last = 0
+        self._fd: int | None = None  # the active (last) segment, opened for appending
+        self._dirty = False
+        self._dir_dirty = False
+        self._hs: HardState | None = None
+        self._hs_on_disk: HardState | None = None
+        self._loaded = False
+        self._closed = False
+
+    def _open_directory(self) -> None:
+        d = self.directory
+        if d.exists() and not d.is_dir():
+            raise StorageError(f"data directory {d} exists and is not a directory")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(d / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot use data directory {d}: {exc.strerror}", hint="check the path and its permissions"
+            ) from exc
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self._lock_fd)
+            raise StorageError(
+                f"data directory {d} is in use by another process", hint="is another broker running on it?"
+            ) from exc
+
+    # ---- reading back ----------------------------------------------------------------------
+
+    def load(self) -> tuple[HardState | None, list[Entry]]:
+        """Read the hard state and every entry, repairing a torn or corrupt tail (with a warning)."""
+        self._check_open()
+        self._cleanup_temp()
+        hs = self._load_hard_state()
+        entries: list[Entry] = []
+        self._segments, self._firsts = [], []
+        paths = sorted(self.directory.glob("*" + _SUFFIX))
+        for pos, path in enumerate(paths):
+            first = _segment_first(path)
+            expected = len(entries) + 1
+            if first != expected:
+                self._drop_segments(
+                    paths[pos:], f"segment {path.name} starts at {first}, expected {expected}"
+                )
+                break
+            seg = _Segment(first, path)
+            clean = self._read_segment(seg, entries)
+            if seg.size or seg.offsets:
+                self._segments.append(seg)
+                self._firsts.append(first)
+            else:
+                path.unlink()
+                self._dir_dirty = True
+            if not clean:
+                self._drop_segments(paths[pos + 1 :], "they follow a damaged segment")
+                break
+        self._last = len(entries)
+        if self._segments:
+            self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
+        self._hs = self._hs_on_disk = hs
+        self._loaded = True
+        self._sync_dir()
+        return hs, entries
+
+    def _read_segment(self, seg: _Segment, out: list[Entry]) -> bool:
+        """Append `seg`'s entries to `out`; on damage cut the file there and return False."""
+        data = seg.path.read_bytes()
+        mv = memoryview(data)
+        n = len(data)
+        pos = 0
+        idx = seg.first
+        hdr, meta = _HDR.size, _META.size
+        problem = ""
+        while pos < n:
+            if n - pos < hdr + meta:
+                problem = "torn record header"
+                break
+            length, crc = _HDR.unpack_from(mv, pos)
+            if length < meta or length > _MAX_ENTRY:
+                problem = f"impossible record length {length}"
+                break
+            end = pos + hdr + length
+            if end > n:
+                problem = f"torn record ({n - pos - hdr} of {length} bytes)"
+                break
+            if zlib.crc32(mv[pos + hdr : end]) != crc:
+                problem = "CRC mismatch"
+                break
+            term, index = _META.unpack_from(mv, pos + hdr)
+            if index != idx:
+                problem = f"record index {index}, expected {idx}"
+                break
+            seg.offsets.append(pos)
+            out.append(Entry(term, index, bytes(mv[pos + hdr + meta : end])))
+            idx += 1
+            pos = end
+        seg.size = pos
+        if not problem:
+            return True
+        log.warning(
+            "%s: %s at byte %d: truncating %d bytes (entries from %d on are dropped)",
+            seg.path,
+            problem,
+            pos,
+            n - pos,
+            idx,
+        )
+        os.truncate(seg.path, pos)
+        return False
+
+    def _drop_segments(self, paths: Sequence[Path], why: str) -> None:
+        for p in paths:
+            log.warning("%s: removing segment because %s", p, why)
+            p.unlink()
+            self._dir_dirty = True
+
+    def _load_hard_state(self) -> HardState | None:
+        path = self.directory / "hardstate"
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if len(raw) != _HS.size:
+            raise StorageError(f"{path}: hard state has {len(raw)} bytes, expected {_HS.size}")
+        magic, crc, term, vote, commit = _HS.unpack(raw)
+        if magic != _HS_MAGIC or zlib.crc32(raw[8:]) != crc:
+            raise StorageError(
+                f"{path}: hard state is corrupt (bad magic or CRC)",
+                hint="the Raft term and vote are lost; wipe this node's data directory to rejoin empty",
+            )
+        return HardState(term, None if vote < 0 else vote, commit)
+
+    def _cleanup_temp(self) -> None:
+        tmp = self.directory / "hardstate.tmp"
+        if tmp.exists():
+            tmp.unlink()  # a save that crashed before its rename: the old file is still valid
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    @property
+    def last_index(self) -> int:
+        return self._last
+
+    def append(self, entries: Sequence[Entry], *, sync: bool | None = None) -> None:
+        """Write `entries` (contiguous); from `entries[0].index` on, any older suffix is replaced.
+
+        `sync=None` follows the policy (fsync now under "always"); False defers to `sync()`."""
+        self._check_loaded()
+        if not entries:
+            return
+        first = entries[0].index
+        if first > self._last + 1 or first < 1:
+            raise ValueError(f"append at {first} would leave a gap after {self._last}")
+        if first <= self._last:
+            self._truncate_from(first)
+        if not self._segments or self._segments[-1].size >= self.segment_bytes:
+            self._roll(first)
+        seg = self._segments[-1]
+        parts: list[bytes] = []
+        pos = seg.size
+        offsets = seg.offsets
+        expect = first
+        for e in entries:
+            if e.index != expect:
+                raise ValueError(f"entries are not contiguous: {e.index} after {expect - 1}")
+            expect += 1
+            meta = _META.pack(e.term, e.index)
+            data = e.data
+            length = len(meta) + len(data)
+            parts.append(_HDR.pack(length, zlib.crc32(data, zlib.crc32(meta))))
+            parts.append(meta)
+            parts.append(data)
+            offsets.append(pos)
+            pos += _HDR.size + length
+        buf = b"".join(parts)
+        assert self._fd is not None
+        _write_all(self._fd, buf)
+        seg.size = pos
+        self._last = expect - 1
+        self._dirty = True
+        if sync if sync is not None else self.fsync == "always":
+            self.sync()
+
+    def _truncate_from(self, index: int) -> None:
+        k = bisect.bisect_right(self._firsts, index) - 1
+        for seg in self._segments[k + 1 :]:
+            seg.path.unlink()
+        del self._segments[k + 1 :]
+        del self._firsts[k + 1 :]
+        seg = self._segments[k]
+        cut = index - seg.first
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if cut == 0:
+            seg.path.unlink()
+            del self._segments[k]
+            del self._firsts[k]
+        else:
+            seg.size = seg.offsets[cut]
+            del seg.offsets[cut:]
+            os.truncate(seg.path, seg.size)
+        self._dir_dirty = True
+        self._dirty = True
+        self._last = index - 1
+        if self._segments:
+            self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
+
+    def _roll(self, first: int) -> None:
+        if self._fd is not None:
+            if self._dirty and self.fsync != "never":
+                os.fsync(self._fd)  # the old segment must not lag behind the new one
+            os.close(self._fd)
+        path = self.directory / f"{first:020d}{_SUFFIX}"
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+        self._segments.append(_Segment(first, path))
+        self._firsts.append(first)
+        self._dir_dirty = True
+
+    def sync(self) -> None:
+        """Make appended entries durable (a no-op under "never", and when nothing is pending)."""
+        self._check_loaded()
+        if self.fsync == "never":
+            return
+        if self._dirty and self._fd is not None:
+            os.fdatasync(self._fd)
+        self._dirty = False
+        self._sync_dir()
+
+    def save_hard_state(self, hs: HardState) -> None:
+        """Record `hs`. Term and vote are durable when this returns, whatever the fsync policy."""
+        self._check_loaded()
+        self._hs = hs
+        old = self._hs_on_disk
+        if old is not None and old.term == hs.term and old.vote == hs.vote:
+            return  # commit alone: advisory, written with the next durable save or at close
+        self._write_hard_state(hs)
+
+    def _write_hard_state(self, hs: HardState) -> None:
+        body = _HS.pack(_HS_MAGIC, 0, hs.term, -1 if hs.vote is None else hs.vote, hs.commit)[8:]
+        raw = _HS_MAGIC + struct.pack("<I", zlib.crc32(body)) + body
+        tmp = self.directory / "hardstate.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, raw)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.directory / "hardstate")
+        self._dir_dirty = True
+        self._sync_dir(force=True)
+        self._hs_on_disk = hs
+
+    def _sync_dir(self, *, force: bool = False) -> None:
+        if not self._dir_dirty or (self.fsync == "never" and not force):
+            return
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._dir_dirty = False
+
+    def close(self) -> None:
+        """Flush what is pending (the commit index, unsynced entries) and release the directory."""
+        if self._closed:
+            return
+        try:
+            if self._loaded:
+                if self._hs is not None and self._hs != self._hs_on_disk:
+                    self._write_hard_state(self._hs)
+                self.sync()
+        finally:
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> SegmentLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("SegmentLog is closed")
+
+    def _check_loaded(self) -> None:
+        self._check_open()
+        if not self._loaded:
+            raise RuntimeError("call load() before writing to a SegmentLog")
+
+
+def _segment_first(path: Path) -> int:
+    try:
+        return int(path.name[: -len(_SUFFIX)])
+    except ValueError:
+        raise StorageError(f"{path}: not a segment file name (expected <first index>{_SUFFIX})") from None
+
+
+def _write_all(fd: int, buf: bytes) -> None:
+    mv = memoryview(buf)
+    while mv:
+        n = os.write(fd, mv)
+        mv = mv[n:]

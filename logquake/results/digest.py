@@ -1,0 +1,295 @@
+"""One streaming pass over a history, keeping only what the report shows.
+
+A report of a 1,000,000-op history must be built in seconds and memory, so the history is
+read exactly once and reduced on the fly: per-series arrays of (invoke time, latency) for
+the latency and throughput plots, step series for unseen values and realtime lag, the
+nemesis intervals, the per-key logs of the keys the checker named, the ops the checker
+named, and one capped window of ops for the timeline. Everything else is dropped as it
+streams past. Downsampling happens later, in plots.py.
+
+The unseen and lag series are recomputed from the history rather than read from
+results.json, because the checker reports only their end values:
+- unseen(t): values acknowledged by an ok send and not yet read by any ok poll;
+- lag of a poll, per key it returned: its invocation time minus the acknowledgement time
+  of the oldest value it could have read (acknowledged before the poll began, at a higher
+  offset than the poll reached) but did not. Keys a poll did not return are not counted,
+  since the history does not say which keys a consumer was assigned at that moment.
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from logquake.history import INVOKE, NEMESIS, OK, Op
+
+LAG_LOOKAHEAD = 16  # acks arrive almost in offset order; look this far past the poll's position
+
+
+@dataclass(kw_only=True)
+class Series:
+    """The completed ops of one (f, outcome): invoke times, latencies, completion indices."""
+
+    start: array = field(default_factory=lambda: array("q"))
+    latency: array = field(default_factory=lambda: array("q"))
+    index: array = field(default_factory=lambda: array("q"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interval:
+    """A fault between its start-X and stop-X nemesis ops (stop None: never stopped)."""
+
+    kind: str
+    start: int
+    stop: int | None
+    start_value: Any = None
+    stop_value: Any = None
+
+
+@dataclass(kw_only=True)
+class Write:
+    op: int
+    type: str
+    offset: int | None
+
+
+@dataclass(kw_only=True)
+class KeyTrace:
+    """Everything the history says about one key: who wrote which value where, who read it."""
+
+    writes: dict[Any, list[Write]] = field(default_factory=dict)  # value -> writes
+    reads: dict[int, dict[Any, list[int]]] = field(default_factory=dict)  # offset -> value -> reader ops
+
+
+@dataclass(kw_only=True)
+class TimelineOp:
+    process: Any
+    f: str
+    type: str  # ok / fail / info / "incomplete"
+    start: int
+    end: int | None
+    index: int
+    invoke_value: Any
+    value: Any
+    error: Any
+
+
+@dataclass(kw_only=True)
+class Digest:
+    """What the report needs from a history (see the module docstring)."""
+
+    n_ops: int = 0
+    end_time: int = 0
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (f, type) -> n; type "invoke" too
+    series: dict[tuple[str, str], Series] = field(default_factory=dict)
+    intervals: list[Interval] = field(default_factory=list)
+    nemesis_ops: list[Op] = field(default_factory=list)
+    unseen_t: array = field(default_factory=lambda: array("q"))
+    unseen_n: array = field(default_factory=lambda: array("q"))
+    lag_t: array = field(default_factory=lambda: array("q"))
+    lag_ns: array = field(default_factory=lambda: array("q"))
+    keys: dict[Any, KeyTrace] = field(default_factory=dict)
+    named_ops: dict[int, Op] = field(default_factory=dict)
+    named_invokes: dict[int, Op] = field(default_factory=dict)  # completion index -> its invocation
+    timeline: list[TimelineOp] = field(default_factory=list)
+    timeline_window: tuple[int, int] = (0, 0)
+    n_client_ops: int = 0  # invocations
+
+    @property
+    def incomplete(self) -> dict[str, int]:
+        """Per f: invocations that never completed."""
+        out: dict[str, int] = {}
+        for (f, t), n in self.counts.items():
+            if t == INVOKE:
+                done = sum(self.counts.get((f, x), 0) for x in ("ok", "fail", "info"))
+                if n > done:
+                    out[f] = n - done
+        return out
+
+
+def _key(k: Any) -> Any:
+    """Poll results key by decimal string, sends by integer: one spelling for both."""
+    if isinstance(k, str):
+        try:
+            return int(k)
+        except ValueError:
+            return k
+    return k
+
+
+class _Digester:
+    """The pass itself; `feed` is the hot loop, so it avoids per-op allocation where it can."""
+
+    def __init__(self, *, keys: Iterable[Any], named: Iterable[int], window: tuple[int, int]) -> None:
+        self.d = Digest(timeline_window=window)
+        self.d.keys = {_key(k): KeyTrace() for k in keys}
+        self.named = set(named)
+        self.window = window
+        self.in_flight: dict[Any, Op] = {}
+        self.open_faults: dict[str, Op] = {}
+        self.acked: set[tuple[Any, Any]] = set()
+        self.seen: set[tuple[Any, Any]] = set()
+        self.unseen = 0
+        self.acks: dict[Any, tuple[list[int], list[int]]] = {}  # key -> (offsets sorted, ack times)
+
+    def feed(self, op: Op) -> None:
+        d = self.d
+        d.n_ops += 1
+        if op.time > d.end_time:
+            d.end_time = op.time
+        if op.index in self.named:
+            d.named_ops[op.index] = op
+        if op.process == NEMESIS:
+            self._nemesis(op)
+            return
+        ck = (op.f, op.type)
+        d.counts[ck] = d.counts.get(ck, 0) + 1
+        if op.type == INVOKE:
+            self.in_flight[op.process] = op
+            d.n_client_ops += 1
+            return
+        inv = self.in_flight.pop(op.process, None)
+        if inv is None:
+            return
+        s = d.series.get(ck)
+        if s is None:
+            s = d.series[ck] = Series()
+        s.start.append(inv.time)
+        s.latency.append(op.time - inv.time)
+        s.index.append(op.index)
+        if op.index in self.named:
+            d.named_invokes[op.index] = inv
+        lo, hi = self.window
+        if lo <= inv.index < hi:
+            d.timeline.append(_timeline_op(inv, op))
+        if op.type != "fail" or d.keys:
+            self._micro_ops(inv, op)
+
+    def _nemesis(self, op: Op) -> None:
+        self.d.nemesis_ops.append(op)
+        f = op.f
+        if f.startswith("start-"):
+            self.open_faults.setdefault(f[6:], op)
+        elif f.startswith("stop-"):
+            started = self.open_faults.pop(f[5:], None)
+            if started is not None:
+                self.d.intervals.append(Interval(kind=f[5:], start=started.time, stop=op.time,
+                                                 start_value=started.value, stop_value=op.value))
+
+    def _micro_ops(self, inv: Op, op: Op) -> None:
+        value = op.value
+        if not isinstance(value, list):
+            return
+        for mop in value:
+            if not isinstance(mop, list) or not mop:
+                continue
+            if mop[0] == "send" and len(mop) == 3:
+                self._send(op, _key(mop[1]), mop[2])
+            elif mop[0] == "poll" and len(mop) == 2 and op.type == OK and isinstance(mop[1], dict):
+                for k, pairs in mop[1].items():
+                    self._poll(inv, op, _key(k), pairs)
+
+    def _send(self, op: Op, k: Any, result: Any) -> None:
+        if isinstance(result, list) and len(result) == 2:
+            offset, v = result
+        else:
+            offset, v = None, result
+        trace = self.d.keys.get(k)
+        if trace is not None:
+            trace.writes.setdefault(v, []).append(Write(op=op.index, type=op.type, offset=offset))
+        if op.type != OK:
+            return
+        kv = (k, v)
+        if kv not in self.seen and kv not in self.acked:
+            self.unseen += 1
+            self._unseen_point(op.time)
+        self.acked.add(kv)
+        if isinstance(offset, int):
+            offsets, times = self.acks.setdefault(k, ([], []))
+            if not offsets or offset > offsets[-1]:
+                offsets.append(offset)
+                times.append(op.time)
+            else:
+                i = bisect.bisect_left(offsets, offset)
+                offsets.insert(i, offset)
+                times.insert(i, op.time)
+
+    def _poll(self, inv: Op, op: Op, k: Any, pairs: Any) -> None:
+        if not isinstance(pairs, list):
+            return
+        trace = self.d.keys.get(k)
+        top = -1
+        for pair in pairs:
+            if not isinstance(pair, list) or len(pair) != 2:
+                continue
+            offset, v = pair
+            if isinstance(offset, int) and offset > top:
+                top = offset
+            kv = (k, v)
+            if kv not in self.seen:
+                self.seen.add(kv)
+                if kv in self.acked:
+                    self.unseen -= 1
+                    self._unseen_point(op.time)
+            if trace is not None:
+                trace.reads.setdefault(offset, {}).setdefault(v, []).append(op.index)
+        if top >= 0:
+            self._lag(inv, op, k, top)
+
+    def _lag(self, inv: Op, op: Op, k: Any, top: int) -> None:
+        acks = self.acks.get(k)
+        lag = 0
+        if acks is not None:
+            offsets, times = acks
+            i = bisect.bisect_right(offsets, top)
+            oldest = min((t for t in times[i:i + LAG_LOOKAHEAD] if t < inv.time), default=None)
+            if oldest is not None:
+                lag = inv.time - oldest
+        self.d.lag_t.append(op.time)
+        self.d.lag_ns.append(lag)
+
+    def _unseen_point(self, t: int) -> None:
+        self.d.unseen_t.append(t)
+        self.d.unseen_n.append(self.unseen)
+
+    def finish(self) -> Digest:
+        d = self.d
+        for kind, started in self.open_faults.items():
+            d.intervals.append(Interval(kind=kind, start=started.time, stop=None, start_value=started.value))
+        d.intervals.sort(key=lambda iv: iv.start)
+        lo, hi = self.window
+        for inv in self.in_flight.values():
+            if lo <= inv.index < hi:
+                d.timeline.append(_timeline_op(inv, None))
+        d.timeline.sort(key=lambda t: t.start)
+        return d
+
+
+def _timeline_op(inv: Op, op: Op | None) -> TimelineOp:
+    return TimelineOp(
+        process=inv.process, f=inv.f, type=op.type if op is not None else "incomplete", start=inv.time,
+        end=op.time if op is not None else None, index=(op or inv).index, invoke_value=inv.value,
+        value=op.value if op is not None else None, error=op.get("error") if op is not None else None,
+    )
+
+
+def digest_history(
+    ops: Iterable[Op], *, keys: Iterable[Any] = (), named: Iterable[int] = (), window: tuple[int, int] = (0, 0)
+) -> Digest:
+    """Reduce `ops` in one pass.
+
+    Args:
+        keys: the keys whose full logs to keep (those an anomaly names).
+        named: op indices whose ops (and invocations) to keep, to describe anomaly examples.
+        window: history indices [lo, hi) of the invocations to keep for the timeline.
+    """
+    digester = _Digester(keys=keys, named=named, window=window)
+    for op in ops:
+        digester.feed(op)
+    return digester.finish()
+
+
+__all__ = ["Digest", "Interval", "KeyTrace", "Series", "TimelineOp", "Write", "digest_history"]

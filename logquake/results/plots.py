@@ -1,0 +1,206 @@
+"""Plotly figures of a digested history: latency, throughput, unseen, realtime lag, timeline.
+
+Each function takes a `Digest` and returns a `plotly.graph_objects.Figure` small enough to
+embed: scatter plots keep at most `max_points` points (every non-ok op first, since those
+are the interesting ones, then an even stride through the ok ops), and step series are
+reduced to one point per pixel-sized time bin keeping each bin's maximum, so spikes
+survive downsampling. Nemesis intervals are shaded on every time axis, one colour per
+fault kind, with one legend entry per kind.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from typing import Any
+
+import plotly.graph_objects as go
+
+from logquake.results.digest import Digest, Interval, Series, TimelineOp
+
+NS = 1e9
+MS = 1e6
+MAX_SCATTER_POINTS = 15_000
+MAX_STEP_POINTS = 1_500
+MAX_BINS = 400
+
+OUTCOME_COLOURS = {"ok": "#2b8a3e", "fail": "#c92a2a", "info": "#e8890c", "incomplete": "#868e96"}
+F_SYMBOLS = ["circle", "x", "diamond", "triangle-up", "square", "cross", "star"]
+FAULT_COLOURS = ["#d0a8ff", "#ffc078", "#74c0fc", "#ffa8a8", "#8ce99a", "#ffe066", "#99e9f2", "#eebefa"]
+
+
+def fault_colours(intervals: list[Interval]) -> dict[str, str]:
+    kinds = sorted({iv.kind for iv in intervals})
+    return {k: FAULT_COLOURS[i % len(FAULT_COLOURS)] for i, k in enumerate(kinds)}
+
+
+def _shade(fig: go.Figure, d: Digest) -> None:
+    """Shade each fault interval; one legend entry per kind."""
+    colours = fault_colours(d.intervals)
+    shown: set[str] = set()
+    for iv in d.intervals:
+        stop = iv.stop if iv.stop is not None else d.end_time
+        fig.add_vrect(
+            x0=iv.start / NS, x1=max(stop, iv.start + 1) / NS, fillcolor=colours[iv.kind], opacity=0.35,
+            line_width=0, layer="below", name=iv.kind, legendgroup=f"fault-{iv.kind}",
+            showlegend=iv.kind not in shown, legend="legend",
+        )
+        shown.add(iv.kind)
+
+
+def _layout(fig: go.Figure, title: str, y_title: str, **extra: Any) -> go.Figure:
+    layout: dict[str, Any] = {"height": 420, "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+                              "legend": {"groupclick": "toggleitem"}, "template": "plotly_white"}
+    fig.update_layout(title=title, xaxis_title="time since test start (s)", yaxis_title=y_title,
+                      **(layout | extra))
+    return fig
+
+
+def _stride(n: int, budget: int) -> range:
+    return range(n) if n <= budget else range(0, n, -(-n // budget))
+
+
+def _budgets(series: dict[tuple[str, str], Series], total: int) -> dict[tuple[str, str], int]:
+    """Points per series: non-ok series keep theirs (up to a share), ok ones split the rest."""
+    budgets: dict[tuple[str, str], int] = {}
+    left = total
+    for key, s in series.items():
+        if key[1] != "ok":
+            budgets[key] = min(len(s.start), total // 4)
+            left -= budgets[key]
+    ok = [k for k in series if k[1] == "ok"]
+    for key in ok:
+        budgets[key] = max(left // max(len(ok), 1), 500)
+    return budgets
+
+
+def _symbols(d: Digest) -> dict[str, str]:
+    fs = sorted({f for f, _ in d.series})
+    return {f: F_SYMBOLS[i % len(F_SYMBOLS)] for i, f in enumerate(fs)}
+
+
+def latency_figure(d: Digest, *, max_points: int = MAX_SCATTER_POINTS) -> go.Figure:
+    """Latency of each op against its invocation time, by op kind (marker) and outcome (colour)."""
+    fig = go.Figure()
+    budgets = _budgets(d.series, max_points)
+    symbols = _symbols(d)
+    sampled = False
+    for (f, outcome), s in sorted(d.series.items()):
+        idx = _stride(len(s.start), budgets[(f, outcome)])
+        sampled |= len(idx) < len(s.start)
+        fig.add_trace(go.Scatter(
+            x=[s.start[i] / NS for i in idx], y=[max(s.latency[i], 1) / MS for i in idx],
+            customdata=[s.index[i] for i in idx], mode="markers", name=f"{f} {outcome} ({len(s.start):,})",
+            marker={"color": OUTCOME_COLOURS.get(outcome, "#495057"), "symbol": symbols[f], "size": 5,
+                    "opacity": 0.6},
+            hovertemplate=f"op %{{customdata}} {f} {outcome}<br>invoked %{{x:.3f}} s<br>latency %{{y:.2f}} ms"
+                          "<extra></extra>",
+        ))
+    _shade(fig, d)
+    title = "Latency by op kind and outcome" + (" (downsampled; counts in legend are exact)" if sampled else "")
+    return _layout(fig, title, "latency (ms)", yaxis_type="log")
+
+
+def _bin_width(end_ns: int) -> int:
+    """A round bin width (1, 2 or 5 x 10^k ns) giving at most MAX_BINS bins."""
+    raw = max(end_ns / MAX_BINS, 1e6)
+    scale = 10 ** len(str(int(raw))) // 10
+    for m in (1, 2, 5, 10):
+        if m * scale >= raw:
+            return m * scale
+    return 10 * scale  # pragma: no cover
+
+
+def throughput_figure(d: Digest) -> go.Figure:
+    """Completions per second over time, one line per (f, outcome)."""
+    width = _bin_width(d.end_time)
+    n_bins = d.end_time // width + 1
+    fig = go.Figure()
+    symbols = _symbols(d)
+    for (f, outcome), s in sorted(d.series.items()):
+        counts = [0] * n_bins
+        for start, lat in zip(s.start, s.latency, strict=True):
+            counts[(start + lat) // width] += 1
+        fig.add_trace(go.Scatter(
+            x=[(i + 0.5) * width / NS for i in range(n_bins)], y=[c * NS / width for c in counts],
+            mode="lines+markers" if n_bins < 60 else "lines", name=f"{f} {outcome}",
+            line={"color": OUTCOME_COLOURS.get(outcome, "#495057"), "shape": "hvh",
+                  "dash": "solid" if symbols[f] == "circle" else "dot"},
+            hovertemplate=f"{f} {outcome}: %{{y:.1f}} ops/s<extra></extra>",
+        ))
+    _shade(fig, d)
+    return _layout(fig, f"Throughput (completions per second, {width / MS:g} ms bins)", "ops/s")
+
+
+def _max_per_bin(t: array, y: array, end: int) -> tuple[list[float], list[float]]:
+    """Each bin's maximum (so spikes survive), as (seconds, value) points."""
+    if len(t) <= MAX_STEP_POINTS:
+        return [x / NS for x in t], list(y)
+    width = max(end // MAX_STEP_POINTS, 1)
+    best: dict[int, int] = {}
+    for ti, yi in zip(t, y, strict=True):
+        b = ti // width
+        if yi > best.get(b, -1):
+            best[b] = yi
+    bins = sorted(best)
+    return [b * width / NS for b in bins], [best[b] for b in bins]
+
+
+def unseen_figure(d: Digest) -> go.Figure:
+    """Acknowledged values not yet read by any ok poll, over time."""
+    x, y = _max_per_bin(d.unseen_t, d.unseen_n, d.end_time)
+    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": "#1c7ed6"},
+                               name="unseen", hovertemplate="%{x:.3f} s: %{y} unseen<extra></extra>"))
+    _shade(fig, d)
+    final = d.unseen_n[-1] if len(d.unseen_n) else 0
+    return _layout(fig, f"Unseen acknowledged values over time (at the end: {final:,})", "values")
+
+
+def lag_figure(d: Digest) -> go.Figure:
+    """Worst realtime lag of the polls in each time bin."""
+    x, y = _max_per_bin(d.lag_t, d.lag_ns, d.end_time)
+    fig = go.Figure(go.Scatter(x=x, y=[v / NS for v in y], mode="lines", line={"shape": "hv", "color": "#ae3ec9"},
+                               name="lag", hovertemplate="%{x:.3f} s: lag %{y:.3f} s<extra></extra>"))
+    _shade(fig, d)
+    worst = max(d.lag_ns) / NS if len(d.lag_ns) else 0.0
+    return _layout(fig, f"Realtime lag of polls (worst: {worst:.3f} s)", "lag (s)")
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _hover(op: TimelineOp) -> str:
+    lines = [f"op {op.index} · process {op.process} · {op.f} {op.type}",
+             f"invoked {op.start / NS:.4f} s" + (f", took {(op.end - op.start) / MS:.2f} ms" if op.end else ""),
+             f"invoke: {_short(op.invoke_value)}"]
+    if op.value is not None:
+        lines.append(f"result: {_short(op.value)}")
+    if op.error:
+        lines.append(f"error: {_short(op.error, 120)}")
+    return "<br>".join(lines).replace("<br>", "\n").replace("<", "&lt;").replace("\n", "<br>")
+
+
+def timeline_figure(d: Digest) -> go.Figure:
+    """Ops per process as bars from invocation to completion, hover for details."""
+    ops = d.timeline
+    procs = sorted({op.process for op in ops}, key=lambda p: (isinstance(p, str), p))
+    end = max((op.end or op.start for op in ops), default=0)
+    fig = go.Figure()
+    for outcome in ("ok", "fail", "info", "incomplete"):
+        group = [op for op in ops if op.type == outcome]
+        if not group:
+            continue
+        fig.add_trace(go.Bar(
+            base=[op.start / NS for op in group],
+            x=[max((op.end if op.end is not None else end) - op.start, 1) / NS for op in group],
+            y=[f"p{op.process}" for op in group], orientation="h", name=outcome,
+            marker={"color": OUTCOME_COLOURS[outcome], "line": {"width": 0.5, "color": "#fff"}},
+            text=[op.f for op in group], textposition="inside", insidetextanchor="middle",
+            hovertext=[_hover(op) for op in group], hoverinfo="text",
+        ))
+    _shade(fig, d)
+    fig.update_yaxes(categoryorder="array", categoryarray=[f"p{p}" for p in procs], autorange="reversed")
+    return _layout(fig, "Ops per process", "process", barmode="overlay", bargap=0.25,
+                   height=min(max(300, 26 * len(procs) + 120), 1600))

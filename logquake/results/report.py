@@ -1,0 +1,360 @@
+"""The self-contained HTML report of a run directory (DESIGN.md §9).
+
+`write_report(run_dir)` reads test.json, results.json and history.jsonl (through
+`read_history`, once, streaming) and writes report.html: one file with plotly's JavaScript
+inlined once, so it opens offline and can be mailed or attached to a CI job. Every number
+in it comes from results.json or the history; the template only lays them out.
+
+What the checker names drives what the report keeps from the history: the keys of its
+anomaly examples get full per-key logs, the op indices it cites are looked up so examples
+read as ops rather than numbers, and the timeline window is centred on the first op it
+cites. That keeps a million-op history report small without hiding the interesting part.
+
+A run directory without history.jsonl, or with a results.json or test.json that is not
+valid JSON (a run killed mid-write), is a `UserError` naming the file; a run without
+results.json (not analysed yet) still gets a report, marked "not analysed".
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from logquake.errors import UserError
+from logquake.history import read_history
+from logquake.results import plots
+from logquake.results.digest import Digest, digest_history
+from logquake.results.keylog import KeyLogView, key_log_view
+
+REPORT_FILE = "report.html"
+MAX_EXAMPLES = 10  # per anomaly type; results.json is capped already, this keeps the page short
+MAX_KEY_LOGS = 12
+TIMELINE_OPS = 1500
+OP_REF_FIELDS = frozenset({"op", "ops", "writer", "writers", "reader", "readers", "cycle", "op-index"})
+
+# Plain-words meanings (DESIGN.md §8, Jepsen's names); types not listed show their name only.
+MEANINGS = {
+    "inconsistent-offsets": "One offset of a key holds two different values: replicas disagree about the log.",
+    "duplicate": "One value appears at more than one offset of a key: a send was appended twice.",
+    "lost-write": "A committed value below the highest offset read was never read by any ok op: "
+                  "the log lost an acknowledged write.",
+    "G1a": "An ok op read a value written by an op that failed (an aborted read).",
+    "precommitted-read": "An op read its own send before that send had committed.",
+    "int-poll-skip": "Inside one op, consecutive reads of a key skip over offsets that exist.",
+    "int-nonmonotonic-poll": "Inside one op, a read of a key goes backwards.",
+    "int-send-skip": "The sends of one op did not land at contiguous offsets.",
+    "int-nonmonotonic-send": "Inside one op, a later send landed at or before an earlier one.",
+    "poll-skip": "A process's next read of a key skipped over offsets that exist.",
+    "nonmonotonic-poll": "A process's next read of a key went backwards.",
+    "nonmonotonic-send": "A process's later send landed at or before its earlier one.",
+    "unseen": "Acknowledged values that no consumer had read by the end of the test.",
+    "G0": "A write cycle: ops' writes are ordered in contradictory ways across keys.",
+    "G1c": "Circular information flow: following write and read dependencies leads back to the start.",
+    "lost-processing": "An input value was never processed into the output.",
+    "double-processing": "An input value was processed into the output more than once.",
+}
+for _base in ("G0", "G1c"):
+    for _suffix, _words in (("process", "process order"), ("realtime", "real-time order")):
+        MEANINGS[f"{_base}-{_suffix}"] = MEANINGS[_base] + f" The cycle also uses {_words} edges."
+
+VERDICTS = {True: "valid", False: "invalid", "unknown": "unknown", None: "not analysed"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFiles:
+    """The parsed small files of a run directory."""
+
+    path: Path
+    test: dict[str, Any]
+    results: dict[str, Any] | None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(
+            f"{path} is not valid JSON ({e.msg} at line {e.lineno}): the run may have been killed while writing it",
+            hint="re-run the analysis, or delete the file to get a report marked 'not analysed'",
+        ) from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+
+
+def load_run(run_dir: Path) -> RunFiles:
+    """test.json and results.json of a run directory, checking it is one."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a directory", hint="pass a run directory such as results/queue/<time>/")
+    if not (run_dir / "history.jsonl").is_file():
+        raise UserError(
+            f"{run_dir} has no history.jsonl: it is not a run directory, or the run stopped before recording",
+            hint="a run directory holds test.json, history.jsonl and results.json (DESIGN.md §9)",
+        )
+    test = _read_json(run_dir / "test.json") if (run_dir / "test.json").is_file() else {}
+    results = _read_json(run_dir / "results.json") if (run_dir / "results.json").is_file() else None
+    if results is not None and not isinstance(results, dict):
+        raise UserError(f"{run_dir / 'results.json'} holds a {type(results).__name__}, not a results object")
+    return RunFiles(path=run_dir, test=test if isinstance(test, dict) else {}, results=results)
+
+
+# --- what the checker names --------------------------------------------------------------
+
+
+def anomalies_of(results: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """{type: {"count", "errs"}} tolerating missing or odd-shaped entries."""
+    raw = (results or {}).get("anomalies") or {}
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for name, a in raw.items():
+        if isinstance(a, dict):
+            errs = a.get("errs") or []
+            errs = errs if isinstance(errs, list) else [errs]
+            out[str(name)] = {"count": a.get("count", len(errs)), "errs": errs}
+        elif isinstance(a, list):
+            out[str(name)] = {"count": len(a), "errs": a}
+        else:
+            out[str(name)] = {"count": a, "errs": []}
+    return out
+
+
+def _walk(value: Any, parent: str | None = None):
+    """(field name, value) for every scalar under `value`, recursively."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk(v, str(k))
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v, parent)
+    else:
+        yield parent, value
+
+
+def named_keys(anomalies: dict[str, dict[str, Any]]) -> list[Any]:
+    keys: dict[Any, None] = {}
+    for a in anomalies.values():
+        for err in a["errs"][:MAX_EXAMPLES]:
+            for name, v in _walk(err):
+                if name in ("key", "keys") and isinstance(v, int | str) and not isinstance(v, bool):
+                    keys.setdefault(v)
+    return list(keys)[:MAX_KEY_LOGS]
+
+
+def named_ops(anomalies: dict[str, dict[str, Any]]) -> list[int]:
+    found: dict[int, None] = {}
+    for a in anomalies.values():
+        for err in a["errs"][:MAX_EXAMPLES]:
+            for name, v in _walk(err):
+                if (name in OP_REF_FIELDS or name == "index") and isinstance(v, int) and not isinstance(v, bool):
+                    found.setdefault(v)
+    return list(found)
+
+
+def timeline_window(anomalies: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    """History indices around the first op an anomaly cites (else the start)."""
+    cited = [v for a in anomalies.values() for err in a["errs"][:MAX_EXAMPLES] for name, v in _walk(err)
+             if name in OP_REF_FIELDS and isinstance(v, int) and not isinstance(v, bool)]
+    centre = min(cited) if cited else 0
+    lo = max(0, centre - TIMELINE_OPS)  # ~2 history lines per op: TIMELINE_OPS ops either side
+    return lo, lo + 2 * TIMELINE_OPS
+
+
+# --- rendering helpers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Example:
+    fields: list[tuple[str, str]]
+    steps: list[str] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+
+
+def describe_op(index: int, d: Digest) -> str:
+    op = d.named_ops.get(index)
+    if op is None:
+        return f"op {index}"
+    inv = d.named_invokes.get(index)
+    text = f"op {index}: process {op.process} {op.type} {op.f} {plots._short(op.value, 200)}"
+    if inv is not None and inv.value != op.value:
+        text += f" (invoked as {plots._short(inv.value, 120)})"
+    if op.get("error"):
+        text += f", error {plots._short(op.get('error'), 80)}"
+    return text
+
+
+def _example(err: Any, d: Digest) -> Example:
+    if not isinstance(err, dict):
+        return Example(fields=[("", plots._short(err, 400))])
+    fields_: list[tuple[str, str]] = []
+    steps: list[str] = []
+    ops: list[str] = []
+    for k, v in err.items():
+        if k in ("steps", "explanation") and isinstance(v, list):
+            steps.extend(str(s) for s in v)
+        elif k == "explanation" and isinstance(v, str):
+            steps.extend(line for line in v.splitlines() if line.strip())
+        else:
+            fields_.append((str(k), plots._short(v, 300)))
+            if k in OP_REF_FIELDS:
+                refs = [i for _, i in _walk(v) if isinstance(i, int) and not isinstance(i, bool)]
+                ops.extend(describe_op(i, d) for i in dict.fromkeys(refs))
+    return Example(fields=fields_, steps=steps, ops=ops)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnomalySection:
+    name: str
+    count: Any
+    bad: bool
+    meaning: str
+    examples: list[Example]
+    shown: int
+    total_examples: int
+
+
+def anomaly_sections(anomalies: dict[str, dict[str, Any]], results: dict[str, Any] | None,
+                     d: Digest) -> list[AnomalySection]:
+    bad = set((results or {}).get("bad_error_types") or [])
+    out = []
+    for name, a in sorted(anomalies.items(), key=lambda kv: (kv[0] not in bad, kv[0])):
+        errs = a["errs"]
+        out.append(AnomalySection(
+            name=name, count=a["count"], bad=name in bad, meaning=MEANINGS.get(name, ""),
+            examples=[_example(e, d) for e in errs[:MAX_EXAMPLES]], shown=min(len(errs), MAX_EXAMPLES),
+            total_examples=len(errs),
+        ))
+    return out
+
+
+def _err_marks(anomalies: dict[str, dict[str, Any]]) -> dict[Any, tuple[set[Any], set[Any], dict[Any, str]]]:
+    """Per key: offsets and values the checker's examples name, and why (for highlighting)."""
+    marks: dict[Any, tuple[set[Any], set[Any], dict[Any, str]]] = {}
+    for name, a in anomalies.items():
+        for err in a["errs"][:MAX_EXAMPLES]:
+            if not isinstance(err, dict) or not isinstance(err.get("key"), int | str):
+                continue
+            offsets, values, why = marks.setdefault(err["key"], (set(), set(), {}))
+            for f in ("offset", "offsets"):
+                offsets.update(v for _, v in _walk(err.get(f)) if isinstance(v, int))
+            for f in ("value", "values"):
+                for v in (x for _, x in _walk(err.get(f)) if x is not None):
+                    values.add(v)
+                    why.setdefault(v, name)
+    return marks
+
+
+def test_params(test: dict[str, Any]) -> list[tuple[str, str]]:
+    config = test.get("config") if isinstance(test.get("config"), dict) else test
+    return [(str(k), plots._short(v, 200)) for k, v in config.items() if k not in ("seed",)]
+
+
+def op_count_rows(d: Digest) -> tuple[list[str], list[list[Any]]]:
+    fs = sorted({f for f, _ in d.counts})
+    incomplete = d.incomplete
+    cols = ["ok", "fail", "info"]
+    rows = []
+    for f in fs:
+        row = [d.counts.get((f, c), 0) for c in cols]
+        rows.append([f, d.counts.get((f, "invoke"), 0), *row, incomplete.get(f, 0)])
+    return ["op", "invoked", *cols, "never completed"], rows
+
+
+def fault_rows(d: Digest) -> list[dict[str, Any]]:
+    kinds: dict[str, dict[str, Any]] = {}
+    for iv in d.intervals:
+        row = kinds.setdefault(iv.kind, {"kind": iv.kind, "count": 0, "seconds": 0.0, "open": 0})
+        row["count"] += 1
+        row["seconds"] += ((iv.stop if iv.stop is not None else d.end_time) - iv.start) / plots.NS
+        row["open"] += iv.stop is None
+    return sorted(kinds.values(), key=lambda r: r["kind"])
+
+
+def _seed(files: RunFiles) -> Any:
+    test = files.test
+    for src in (test, test.get("config") if isinstance(test.get("config"), dict) else {}):
+        if src.get("seed") is not None:
+            return src["seed"]
+    return None
+
+
+def _start_time(files: RunFiles) -> Any:
+    for k in ("start_time", "start-time", "started", "start"):
+        if files.test.get(k):
+            return files.test[k]
+    return files.path.name
+
+
+@cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("logquake.results", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True,
+    )
+    env.filters["num"] = lambda n: f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else n
+    return env.get_template("report.html.j2")
+
+
+def _figure_html(fig: Any, div_id: str) -> str:
+    return pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def render_report(files: RunFiles, d: Digest) -> str:
+    """The report page for an already digested history."""
+    anomalies = anomalies_of(files.results)
+    results = files.results or {}
+    verdict = VERDICTS.get(results.get("valid") if files.results is not None else None, "unknown")
+    marks = _err_marks(anomalies)
+    key_logs: list[KeyLogView] = [key_log_view(k, d.keys[k], *marks.get(k, (set(), set(), {})))
+                                  for k in d.keys]
+    figures = {
+        "latency": plots.latency_figure(d), "throughput": plots.throughput_figure(d),
+        "unseen": plots.unseen_figure(d), "lag": plots.lag_figure(d),
+    }
+    if d.timeline:
+        figures["timeline"] = plots.timeline_figure(d)
+    informational = {k: v for k, v in results.items()
+                     if k not in ("valid", "bad_error_types", "error_types", "anomalies")}
+    headers, rows = op_count_rows(d)
+    return _template().render(
+        name=files.test.get("name") or files.path.parent.name, run_dir=str(files.path), verdict=verdict,
+        results_present=files.results is not None, seed=_seed(files), start_time=_start_time(files),
+        duration=d.end_time / plots.NS, params=test_params(files.test), op_headers=headers, op_rows=rows,
+        n_ops=d.n_ops, n_client_ops=d.n_client_ops, faults=fault_rows(d), intervals=d.intervals[:200],
+        n_intervals=len(d.intervals), fault_colours=plots.fault_colours(d.intervals),
+        error_types=results.get("error_types") or sorted(anomalies),
+        bad_error_types=results.get("bad_error_types") or [], anomalies=anomaly_sections(anomalies, files.results, d),
+        figures={k: _figure_html(f, f"plot-{k}") for k, f in figures.items()}, key_logs=key_logs,
+        timeline_count=len(d.timeline), timeline_cap=TIMELINE_OPS, window=d.timeline_window,
+        informational=json.dumps(informational, indent=2, default=str)[:20_000],
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), plotly_js=get_plotlyjs(),
+        ns=plots.NS,
+    )
+
+
+def write_report(run_dir: Path, *, out: Path | None = None) -> Path:
+    """Write run_dir/report.html (or `out`) and return its path; see the module docstring."""
+    files = load_run(Path(run_dir))
+    anomalies = anomalies_of(files.results)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a torn last line is expected after a killed run
+        d = digest_history(read_history(files.path / "history.jsonl", validate=False),
+                           keys=named_keys(anomalies), named=named_ops(anomalies),
+                           window=timeline_window(anomalies))
+    html = render_report(files, d)
+    target = out or files.path / REPORT_FILE
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(target)  # never leave a half-written report behind
+    return target

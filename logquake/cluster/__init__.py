@@ -1,1 +1,34 @@
 """Hosts (lab, docker, ssh, external) and the broker's lifecycle on them (DESIGN.md §4)."""
+
+from logquake.cluster.cluster import Cluster, attach_cluster, node_names, open_cluster, partition_leaders
+from logquake.cluster.host import ExecResult, Host, run_checked, shell_join
+from logquake.cluster.lab import LabHost, create_lab, lab_hosts, stop_lab
+from logquake.cluster.lifecycle import BrokerLifecycle, NodeSpec
+from logquake.cluster.state import LabState, destroy, load_states, state_dir
+from logquake.cluster.userns import enter_private_userns, in_private_userns, is_real_root, join_userns
+
+__all__ = [
+    "BrokerLifecycle",
+    "Cluster",
+    "ExecResult",
+    "Host",
+    "LabHost",
+    "LabState",
+    "NodeSpec",
+    "attach_cluster",
+    "create_lab",
+    "destroy",
+    "enter_private_userns",
+    "in_private_userns",
+    "is_real_root",
+    "join_userns",
+    "lab_hosts",
+    "load_states",
+    "node_names",
+    "open_cluster",
+    "partition_leaders",
+    "run_checked",
+    "shell_join",
+    "state_dir",
+    "stop_lab",
+]

@@ -1,1 +1,51 @@
-"""Faults and their schedule (DESIGN.md §5)."""
+"""Faults and their schedule (DESIGN.md §5).
+
+Pure decisions (grudges, targets, the flip-flop schedule) are separate from acting on nodes
+(net.py's iptables chains, faults.py through the Host protocol and broker lifecycle).
+"""
+
+from logquake.nemesis.combined import CombinedNemesis, build_nemesis, make_faults
+from logquake.nemesis.faults import (
+    ClockFault,
+    DiskFault,
+    KillFault,
+    PacketLossFault,
+    PartitionFault,
+    PauseFault,
+)
+from logquake.nemesis.grudges import GRUDGES, Grudge, complete_grudge, cut_links, describe_grudge, make_grudge
+from logquake.nemesis.net import CHAIN, LOSS_CHAIN, Net
+from logquake.nemesis.protocol import Fault, Nemesis, NemesisTarget, NoopNemesis
+from logquake.nemesis.schedule import Action, FlipFlop, NemesisScheduler, simulate
+from logquake.nemesis.targets import TARGETS, pick_targets
+
+__all__ = [
+    "CHAIN",
+    "GRUDGES",
+    "LOSS_CHAIN",
+    "TARGETS",
+    "Action",
+    "ClockFault",
+    "CombinedNemesis",
+    "DiskFault",
+    "Fault",
+    "FlipFlop",
+    "Grudge",
+    "KillFault",
+    "Nemesis",
+    "NemesisScheduler",
+    "NemesisTarget",
+    "Net",
+    "NoopNemesis",
+    "PacketLossFault",
+    "PartitionFault",
+    "PauseFault",
+    "build_nemesis",
+    "complete_grudge",
+    "cut_links",
+    "describe_grudge",
+    "make_faults",
+    "make_grudge",
+    "pick_targets",
+    "simulate",
+]

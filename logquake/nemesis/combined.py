@@ -1,0 +1,93 @@
+"""`build_nemesis`: one nemesis over every fault family the test config asks for."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+
+from logquake.config import TestConfig
+from logquake.nemesis.faults import (
+    ClockFault,
+    DiskFault,
+    KillFault,
+    PacketLossFault,
+    PartitionFault,
+    PauseFault,
+)
+from logquake.nemesis.net import Net
+from logquake.nemesis.protocol import Fault, Nemesis, NemesisTarget, NoopNemesis
+
+__all__ = ["CombinedNemesis", "build_nemesis", "make_faults"]
+
+log = logging.getLogger(__name__)
+
+
+class CombinedNemesis:
+    """Runs one fault at a time out of several families; heal undoes all of them."""
+
+    def __init__(self, faults: Sequence[Fault], *, net: Net | None = None) -> None:
+        self._faults = {f.name: f for f in faults}
+        self.faults = tuple(self._faults)
+        self.net = net
+        self.active: Fault | None = None
+
+    def setup(self) -> None:
+        if self.net is not None:
+            self.net.heal()
+            self.net.heal_loss()
+
+    def start(self, spec: str) -> str:
+        family, _, variant = spec.partition(":")
+        if family not in self._faults:
+            raise ValueError(f"unknown fault {family!r}; this nemesis has {', '.join(self.faults) or 'none'}")
+        if self.active is not None:
+            self.stop()
+        fault = self._faults[family]
+        self.active = fault
+        return fault.start(variant)
+
+    def stop(self) -> str:
+        fault, self.active = self.active, None
+        return fault.stop() if fault is not None else "no fault running"
+
+    def heal(self) -> str:
+        """Heal every family; collect failures so one broken heal does not skip the others."""
+        self.active = None
+        errors = []
+        for name, fault in self._faults.items():
+            try:
+                fault.heal()
+            except Exception as e:
+                errors.append(f"{name}: {e}")
+        if errors:
+            raise RuntimeError("heal failed: " + "; ".join(errors))
+        return f"healed {', '.join(self.faults)}"
+
+    def teardown(self) -> None:
+        try:
+            self.heal()
+        except Exception as e:
+            log.warning("nemesis teardown: %s", e)
+
+
+def make_faults(names: Sequence[str], target: NemesisTarget, rng: random.Random, net: Net) -> list[Fault]:
+    makers = {
+        "partition": lambda: PartitionFault(target, net, rng),
+        "kill": lambda: KillFault(target, rng),
+        "pause": lambda: PauseFault(target, rng),
+        "clock": lambda: ClockFault(target, rng),
+        "disk": lambda: DiskFault(target, rng),
+        "packet-loss": lambda: PacketLossFault(target, net, rng),
+    }
+    return [makers[n]() for n in names]
+
+
+def build_nemesis(cfg: TestConfig, cluster: NemesisTarget) -> Nemesis:
+    """The nemesis for cfg.nemesis over cluster, its choices drawn from a RNG seeded by cfg.seed."""
+    if not cfg.nemesis:
+        return NoopNemesis()
+    rng = random.Random(f"nemesis-{cfg.seed}")
+    iptables = getattr(getattr(cluster, "state", None), "iptables", "iptables-nft")
+    net = Net(cluster.hosts, cluster.addresses, iptables=iptables)
+    return CombinedNemesis(make_faults(cfg.nemesis, cluster, rng, net), net=net)

@@ -1,0 +1,253 @@
+"""The fault families: partition, kill, pause, clock, disk, packet-loss.
+
+Each decides with pure helpers (grudges, targets) and a seeded RNG, acts through the cluster's
+hosts and broker lifecycle, and knows how to undo itself (`stop` for what it started, `heal` for
+anything at all). Descriptions are plain words: they become the history's nemesis op values.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Sequence
+
+from logquake.cluster.host import run_checked
+from logquake.nemesis.grudges import GRUDGES, describe_grudge, make_grudge
+from logquake.nemesis.net import Net
+from logquake.nemesis.protocol import NemesisTarget
+from logquake.nemesis.targets import TARGETS, pick_targets
+
+__all__ = ["PartitionFault", "KillFault", "PauseFault", "ClockFault", "DiskFault", "PacketLossFault"]
+
+
+def _leaders(target: NemesisTarget) -> set[str]:
+    try:
+        return set(target.leaders(timeout=3.0).values())
+    except Exception:  # no broker answering is a normal state under faults
+        return set()
+
+
+def _targets(target: NemesisTarget, rng: random.Random, kind: str | None) -> list[str]:
+    kind = kind or rng.choice(TARGETS)
+    leaders = _leaders(target) if kind == "leaders" else set()
+    return pick_targets(kind, target.nodes, rng, current_leaders=leaders)
+
+
+class PartitionFault:
+    name = "partition"
+    variants = tuple(GRUDGES)
+
+    def __init__(self, target: NemesisTarget, net: Net, rng: random.Random) -> None:
+        self.target, self.net, self.rng = target, net, rng
+
+    def start(self, variant: str) -> str:
+        kind = variant or self.rng.choice(self.variants)
+        leaders = _leaders(self.target) if kind == "leaders" else set()
+        grudge = make_grudge(kind, self.target.nodes, self.rng, current_leaders=leaders)
+        self.net.drop(grudge)
+        return f"{kind}: {describe_grudge(grudge)}"
+
+    def stop(self) -> str:
+        self.net.heal()
+        return "network healed"
+
+    def heal(self) -> None:
+        self.net.heal()
+
+
+class KillFault:
+    """SIGKILL brokers; stop restarts them."""
+
+    name = "kill"
+    variants = TARGETS
+
+    def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
+        self.target, self.rng = target, rng
+        self.killed: list[str] = []
+
+    def start(self, variant: str) -> str:
+        nodes = _targets(self.target, self.rng, variant)
+        for n in nodes:
+            self.target.lifecycle.kill(n)
+        self.killed = sorted(set(self.killed) | set(nodes))
+        return f"killed {','.join(nodes)}"
+
+    def stop(self) -> str:
+        nodes, self.killed = self.killed, []
+        for n in nodes:
+            self.target.lifecycle.start(n)
+        return f"started {','.join(nodes) or 'nothing'}"
+
+    def heal(self) -> None:
+        self.killed = []
+        for n in self.target.nodes:
+            self.target.lifecycle.start(n)  # idempotent: a running broker is left alone
+
+
+class PauseFault:
+    """SIGSTOP brokers; stop sends SIGCONT."""
+
+    name = "pause"
+    variants = TARGETS
+
+    def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
+        self.target, self.rng = target, rng
+        self.paused: list[str] = []
+
+    def start(self, variant: str) -> str:
+        nodes = _targets(self.target, self.rng, variant)
+        for n in nodes:
+            self.target.lifecycle.pause(n)
+        self.paused = sorted(set(self.paused) | set(nodes))
+        return f"paused {','.join(nodes)}"
+
+    def stop(self) -> str:
+        nodes, self.paused = self.paused, []
+        for n in nodes:
+            self.target.lifecycle.resume(n)
+        return f"resumed {','.join(nodes) or 'nothing'}"
+
+    def heal(self) -> None:
+        self.paused = []
+        for n in self.target.nodes:
+            self.target.lifecycle.resume(n)
+
+
+class ClockFault:
+    """Wall-clock skew per node through libfaketime: bump, strobe, reset.
+
+    bump: one step of +-2^2..2^18 ms (as Jepsen's). strobe: the clock jumps between +delta and
+    the true time every `period` until stopped (a thread rewrites the offset file). reset: true time.
+    """
+
+    name = "clock"
+    variants = ("bump", "strobe", "reset")
+
+    def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
+        self.target, self.rng = target, rng
+        self._strobe_stop = threading.Event()
+        self._strobe: threading.Thread | None = None
+
+    def start(self, variant: str) -> str:
+        kind = variant or self.rng.choice(self.variants)
+        nodes = _targets(self.target, self.rng, None)
+        if kind == "reset":
+            return self._reset(nodes)
+        if kind == "bump":
+            parts = []
+            for n in nodes:
+                ms = self.rng.choice((-1, 1)) * 2 ** self.rng.randint(2, 18)
+                self.target.lifecycle.set_clock(n, ms / 1000)
+                parts.append(f"{n} {ms:+d} ms")
+            return "bumped " + ", ".join(parts)
+        delta_ms = 2 ** self.rng.randint(2, 16)
+        period_ms = 2 ** self.rng.randint(4, 10)
+        self._stop_strobe()
+        self._strobe_stop.clear()
+        self._strobe = threading.Thread(target=self._run_strobe, args=(nodes, delta_ms / 1000, period_ms / 1000),
+                                        name="clock-strobe", daemon=True)
+        self._strobe.start()
+        return f"strobing {','.join(nodes)} by {delta_ms} ms every {period_ms} ms"
+
+    def _run_strobe(self, nodes: Sequence[str], delta: float, period: float) -> None:
+        on = False
+        while not self._strobe_stop.wait(period):
+            on = not on
+            for n in nodes:
+                try:
+                    self.target.lifecycle.set_clock(n, delta if on else 0.0)
+                except Exception:  # a node being restarted must not end the strobe
+                    pass
+
+    def _stop_strobe(self) -> None:
+        self._strobe_stop.set()
+        if self._strobe is not None:
+            self._strobe.join(timeout=10)
+            self._strobe = None
+
+    def _reset(self, nodes: Sequence[str]) -> str:
+        for n in nodes:
+            self.target.lifecycle.set_clock(n, 0.0)
+        return f"reset clocks of {','.join(nodes)}"
+
+    def stop(self) -> str:
+        self._stop_strobe()
+        return self._reset(self.target.nodes)
+
+    def heal(self) -> None:
+        self.stop()
+
+
+class DiskFault:
+    """Crash brokers and damage what a crash can: unsynced writes lost, or a torn segment tail.
+
+    lose-unfsynced needs the LazyFS data directories (the cluster enables them when `disk` is
+    among the faults); corrupt-tail works on any host. stop restarts the crashed brokers.
+    """
+
+    name = "disk"
+
+    def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
+        self.target, self.rng = target, rng
+        self.crashed: list[str] = []
+        lazy = getattr(target.lifecycle, "lazyfs", False)
+        self.variants = ("lose-unfsynced", "corrupt-tail") if lazy else ("corrupt-tail",)
+
+    def start(self, variant: str) -> str:
+        kind = variant or self.rng.choice(self.variants)
+        if kind not in ("lose-unfsynced", "corrupt-tail"):
+            raise ValueError(f"unknown disk fault {kind!r}; allowed: lose-unfsynced, corrupt-tail")
+        nodes = _targets(self.target, self.rng, "minority")
+        done = []
+        for n in nodes:
+            self.target.lifecycle.kill(n)
+            if kind == "lose-unfsynced":
+                self.target.lifecycle.drop_unsynced(n)
+                done.append(f"{n}: unsynced writes dropped")
+            else:
+                done.append(f"{n}: {self._corrupt(n)}")
+        self.crashed = sorted(set(self.crashed) | set(nodes))
+        return f"{kind}: " + "; ".join(done)
+
+    def _corrupt(self, node: str) -> str:
+        lc = self.target.lifecycle
+        mode = self.rng.choice(("truncate", "flip"))
+        argv = [lc.python, "-m", "logquake.nemesis.disktool", "corrupt-tail", lc.spec(node).path("data"),
+                "--mode", mode, "--bytes", str(self.rng.randint(1, 256)), "--seed", str(self.rng.randrange(2**31))]
+        return run_checked(self.target.hosts[node], argv, timeout=60).strip()
+
+    def stop(self) -> str:
+        nodes, self.crashed = self.crashed, []
+        for n in nodes:
+            self.target.lifecycle.start(n)
+        return f"started {','.join(nodes) or 'nothing'}"
+
+    def heal(self) -> None:
+        self.crashed = []
+        for n in self.target.nodes:
+            self.target.lifecycle.start(n)
+
+
+class PacketLossFault:
+    """Random loss of incoming packets on some nodes (iptables `statistic` match)."""
+
+    name = "packet-loss"
+    variants = TARGETS
+
+    def __init__(self, target: NemesisTarget, net: Net, rng: random.Random) -> None:
+        self.target, self.net, self.rng = target, net, rng
+
+    def start(self, variant: str) -> str:
+        nodes = _targets(self.target, self.rng, variant)
+        p = self.rng.choice((0.05, 0.1, 0.2, 0.3, 0.5))
+        self.net.lose(nodes, p)
+        return f"{int(p * 100)}% packet loss on {','.join(nodes)}"
+
+    def stop(self) -> str:
+        self.net.heal_loss()
+        return "packet loss healed"
+
+    def heal(self) -> None:
+        self.net.heal_loss()
+
+

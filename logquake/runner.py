@@ -420,7 +420,7 @@ def _run_phases(
                 nemesis = build_nemesis(cfg, cluster)
                 nemesis.setup()
                 scheduler = NemesisScheduler(
-                    nemesis, interval=cfg.nemesis_interval, rng=random.Random(f"nemesis-{cfg.seed}"),
+                    nemesis, interval=cfg.nemesis_interval, rng=random.Random(f"schedule-{cfg.seed}"),
                     record=recorder.record,
                 )
             _main_phase(cfg, workers, scheduler, stats, stop)

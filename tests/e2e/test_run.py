@@ -1,0 +1,130 @@
+"""`logquake run` end to end: a lab cluster of real brokers, real clients, real faults.
+
+Each test runs the real command in a subprocess and reads the run directory it leaves.
+The runs without faults and with partitions are in the default suite; the rest are slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import requires_root_or_userns
+
+pytestmark = pytest.mark.lab
+
+RUN_FILES = ("test.json", "history.jsonl", "results.json", "junit.xml", "harness.log")
+
+
+def _netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _run(tmp_path: Path, *flags: str, timeout: float = 300) -> tuple[int, Path, dict, str]:
+    """`logquake run` with flags; (exit code, run dir, results.json, output)."""
+    requires_root_or_userns()
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "logquake", "run", "--results-dir", str(results), "--nodes", "3", *flags]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    out = p.stdout + p.stderr
+    latest = results / "latest"
+    assert latest.exists(), f"no run directory; output:\n{out}"
+    run_dir = latest.resolve()
+    res = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else {}
+    return p.returncode, run_dir, res, out
+
+
+def _assert_valid(code: int, run_dir: Path, res: dict, out: str) -> None:
+    for name in RUN_FILES:
+        assert (run_dir / name).is_file(), f"{name} missing in {run_dir}\n{out}"
+    assert res.get("valid") is True, f"{json.dumps(res, indent=1)[:3000]}\n{out[-3000:]}"
+    assert code == 0, out
+    assert f"run: {run_dir}" in out.replace("\n", "") or str(run_dir) in out
+
+
+def _client_ops(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "history.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines if '"nemesis"' not in x]
+
+
+def test_a_short_run_without_faults_is_valid(tmp_path):
+    code, run_dir, res, out = _run(tmp_path, "--time-limit", "10", "--rate", "50", "--concurrency", "4",
+                                   "--seed", "1")
+    _assert_valid(code, run_dir, res, out)
+    ops = _client_ops(run_dir)
+    assert sum(1 for o in ops if o["type"] == "ok" and o["f"] == "send") > 100
+    assert sum(1 for o in ops if o["type"] == "ok" and o["f"] == "poll" and o["value"][0][1]) > 10
+    assert json.loads((run_dir / "test.json").read_text())["seed"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["partition", "kill", "pause", "clock", "disk"])
+def test_a_short_run_with_each_fault_is_valid(tmp_path, fault):
+    code, run_dir, res, out = _run(tmp_path, "--time-limit", "20", "--rate", "50", "--concurrency", "5",
+                                   "--nemesis", fault, "--nemesis-interval", "4", "--seed", "7")
+    _assert_valid(code, run_dir, res, out)
+    nem = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines() if '"nemesis"' in x]
+    assert any(o["f"].startswith("start-") for o in nem), "the nemesis never started a fault"
+
+
+@pytest.mark.slow
+def test_a_transactional_run_with_kafka_python_is_valid(tmp_path):
+    code, run_dir, res, out = _run(tmp_path, "--time-limit", "15", "--rate", "30", "--concurrency", "4",
+                                   "--txn", "--client", "kafka-python", "--seed", "3")
+    _assert_valid(code, run_dir, res, out)
+    assert any(o["f"] == "txn" and o["type"] == "ok" for o in _client_ops(run_dir))
+
+
+@pytest.mark.slow
+def test_acks_1_with_frequent_leader_kills_reports_lost_writes(tmp_path):
+    cfg = tmp_path / "acks1.yaml"
+    cfg.write_text("producer: {acks: 1}\nnemesis: [kill]\nnemesis_interval: 1.5\ndrain_time: 15\n")
+    code, run_dir, res, out = _run(tmp_path, "--config", str(cfg), "--time-limit", "40", "--rate", "400",
+                                   "--concurrency", "10", "--seed", "11", timeout=400)
+    assert res.get("valid") is False, json.dumps(res, indent=1)[:3000]
+    assert code == 1
+    assert {"lost-write", "inconsistent-offsets"} & set(res["bad_error_types"]), res["bad_error_types"]
+
+
+def test_ctrl_c_leaves_a_complete_run_directory_and_no_lab_behind(tmp_path):
+    requires_root_or_userns()
+    before = _netns()
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "logquake", "run", "--results-dir", str(results), "--nodes", "3",
+           "--time-limit", "300", "--rate", "50", "--concurrency", "3", "--nemesis", "partition",
+           "--nemesis-interval", "2", "--seed", "5"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        history = None
+        while time.monotonic() < deadline and p.poll() is None:
+            found = list(results.glob("*/*/history.jsonl"))
+            if found and sum(1 for _ in found[0].open()) > 50:
+                history = found[0]
+                break
+            time.sleep(0.5)
+        assert history is not None, "the run never got going"
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    run_dir = history.parent
+    for name in RUN_FILES:
+        assert (run_dir / name).is_file(), f"{name} missing\n{out}"
+    res = json.loads((run_dir / "results.json").read_text())
+    assert res.get("interrupted") is True
+    assert p.returncode in (0, 1, 2), out
+    assert _netns() == before
+    leftovers = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True, check=False)
+    assert leftovers.stdout.strip() == "", f"processes left: {leftovers.stdout}"
+    assert (results / "latest").resolve() == run_dir.resolve()
+    assert os.path.getsize(run_dir / "history.jsonl") > 0

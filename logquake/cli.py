@@ -120,16 +120,39 @@ def check(
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
     """Regenerate report.html for a run directory."""
-    _not_yet("`logquake report`", 9)
+    from logquake.results.report import write_report
+
+    with err_console.status(f"reading {run_dir / 'history.jsonl'} and rendering the report"):
+        out = write_report(run_dir)
+    size = out.stat().st_size / 1e6
+    typer.echo(f"wrote {out} ({size:.1f} MB)")
+    if not (run_dir / "results.json").is_file():
+        err_console.print("[yellow]no results.json: the report has no verdict and no anomalies[/]")
 
 
 @app.command()
 def serve(
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    port: Annotated[int, typer.Option(help="TCP port (0 picks a free one).")] = 8080,
     results: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
+    host: Annotated[str, typer.Option(help="Address to bind; other than loopback exposes your runs.")] = "127.0.0.1",
 ) -> None:
     """Serve the results directory over HTTP (127.0.0.1 by default)."""
-    _not_yet("`logquake serve`", 9)
+    from logquake.errors import UserError
+    from logquake.results.serve import make_server
+
+    try:
+        server = make_server(results, host=host, port=port)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror}", hint="pick another --port") from None
+    bound_host, bound_port = server.server_address[:2]
+    typer.echo(f"serving {results.absolute()} on http://{bound_host}:{bound_port}/ (Ctrl-C stops)", err=False)
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 @app.command()
@@ -137,8 +160,12 @@ def broker(
     node_id: Annotated[int, typer.Option("--node-id", help="This broker's node id.")],
     config: Annotated[Path, typer.Option("--config", help="Node config YAML.")],
 ) -> None:
-    """Run one broker process of the embedded replicated log."""
-    _not_yet("`logquake broker`", 4)
+    """Run one broker process of the embedded replicated log (stops cleanly on SIGTERM)."""
+    from logquake.broker.process import run_broker
+
+    code = run_broker(node_id, config)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("test-all")
@@ -150,21 +177,39 @@ def test_all(
 
 
 @cluster_app.command("up")
-def cluster_up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 5) -> None:
-    """Start a lab cluster."""
-    _not_yet("`logquake cluster up`", 5)
+def cluster_up(
+    nodes: Annotated[int, typer.Option(help="Number of nodes.", min=1, max=15)] = 5,
+    dir: Annotated[Path | None, typer.Option("--dir", help="Node directories (default: a new temp dir).")] = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the brokers (0: don't).")] = 30.0,
+) -> None:
+    """Start a lab cluster (nodes in network namespaces, a broker each); print its bootstrap servers."""
+    from logquake.cluster.commands import cluster_up as up
+
+    up(nodes=nodes, run_dir=dir, wait=wait, console=err_console)
 
 
 @cluster_app.command("status")
-def cluster_status() -> None:
-    """Show the lab cluster's nodes."""
-    _not_yet("`logquake cluster status`", 5)
+def cluster_status(
+    id: Annotated[str | None, typer.Option("--id", help="One cluster (default: all).")] = None,
+) -> None:
+    """Show lab clusters: node, address, pid, up, leader of which partitions."""
+    from rich.console import Console
+
+    from logquake.cluster.commands import cluster_status as status
+
+    status(cluster_id=id, console=Console())
 
 
 @cluster_app.command("down")
-def cluster_down() -> None:
-    """Tear the lab cluster down, leaving nothing behind."""
-    _not_yet("`logquake cluster down`", 5)
+def cluster_down(
+    id: Annotated[str | None, typer.Option("--id", help="One cluster (default: all of yours).")] = None,
+) -> None:
+    """Tear lab clusters down (also what a killed run left), leaving nothing behind."""
+    from rich.console import Console
+
+    from logquake.cluster.commands import cluster_down as down
+
+    down(cluster_id=id, console=Console())
 
 
 def report_error(e: LogquakeError) -> None:

@@ -69,8 +69,8 @@ def spawn_script(argv: Sequence[str], *, pidfile: str, logfile: str, env: Mappin
     `setsid -f` detaches it into its own session (the harness's death or SIGINT never reaches
     it); the shell writes its own pid before exec-ing, so the pid file names the daemon itself.
     """
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    body = f"echo $$ > {shlex.quote(pidfile)}; exec {exports + ' ' if exports else ''}{shell_join(argv)}"
+    prefix = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+    body = f"echo $$ > {shlex.quote(pidfile)}; exec {shell_join([*prefix, *argv])}"
     body += f" >> {shlex.quote(logfile)} 2>&1 < /dev/null"
     return ["setsid", "-f", "sh", "-c", body]
 

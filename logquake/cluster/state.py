@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -147,6 +148,9 @@ def destroy(state: LabState, *, timeout: float = 10.0) -> list[str]:
     userns = {state.anchor.userns} if state.anchor and state.anchor in live and state.anchor.userns else set()
     if userns and _ns_inode(os.getpid(), "user") in userns:
         userns = set()  # we joined it ourselves: killing by userns would include our own helpers
+    # The harness-side veth is the one thing outside the lab's namespaces: delete it now rather
+    # than leave it to the kernel's asynchronous namespace cleanup.
+    subprocess.run(["ip", "link", "del", state.harness_veth], capture_output=True, check=False)
     victims = set(_members(netns, userns)) | {r.pid for r in live}
     for pid in victims:
         with contextlib.suppress(OSError):

@@ -1,0 +1,98 @@
+"""What `logquake cluster up|status|down` do; cli.py only parses flags and calls these."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from logquake.cluster.cluster import attach_cluster, open_cluster
+from logquake.cluster.state import LabState, destroy, is_running, load_states
+from logquake.cluster.userns import in_private_userns, join_userns
+from logquake.config import TestConfig
+from logquake.errors import UserError
+
+__all__ = ["cluster_up", "cluster_status", "cluster_down"]
+
+
+def cluster_up(*, nodes: int, run_dir: Path | None, wait: float, console: Console) -> None:
+    """Start a lab cluster that outlives this command; print its bootstrap servers."""
+    cfg = TestConfig(nodes=nodes, replication_factor=min(3, nodes))
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="logquake-lab-"))
+    with console.status(f"starting {nodes} lab nodes"):
+        cluster = open_cluster(cfg, run_dir)
+    ready = True
+    if wait > 0:
+        with console.status("waiting for the brokers"):
+            try:
+                cluster.wait_ready(wait)
+            except UserError:
+                raise
+            except Exception as e:  # the lab stays up: the user can look at the logs
+                ready = False
+                console.print(f"[yellow]brokers not ready:[/] {e}")
+    st = cluster.state
+    console.print(f"cluster [bold]{st.cluster_id}[/] up ({st.mode}), {'ready' if ready else 'NOT ready'}; "
+                  f"node directories under {run_dir}/nodes")
+    if st.mode == "userns" and st.anchor is not None:
+        console.print("[dim]addresses live in a private user namespace; reach them with "
+                      f"`nsenter --preserve-credentials -U -n -t {st.anchor.pid} <cmd>`[/]")
+    print(cluster.bootstrap_servers)
+
+
+def _select(cluster_id: str | None) -> list[LabState]:
+    states = load_states()
+    if cluster_id:
+        states = [s for s in states if s.cluster_id == cluster_id]
+        if not states:
+            raise UserError(f"no lab cluster {cluster_id!r}", hint="`logquake cluster status` lists them")
+    return states
+
+
+def cluster_status(*, cluster_id: str | None, console: Console) -> None:
+    states = _select(cluster_id)
+    if not states:
+        console.print("no lab clusters")
+        return
+    joined = None
+    for st in states:
+        if st.mode == "userns" and not in_private_userns() and st.anchor and is_running(st.anchor):
+            if joined is None:
+                join_userns(st.anchor.pid)  # needs a single-threaded process: before any client starts
+                joined = st.anchor.userns
+        if st.mode == "userns" and st.anchor and st.anchor.userns != joined:
+            console.print(f"cluster {st.cluster_id}: in another user namespace; "
+                          f"run `logquake cluster status --id {st.cluster_id}`")
+            continue
+        console.print(_table(st))
+
+
+def _table(st: LabState) -> Table:
+    cluster = attach_cluster(st)
+    leaders = cluster.leaders(timeout=3.0)
+    table = Table(title=f"lab cluster {st.cluster_id} ({st.mode}) - {cluster.bootstrap_servers}")
+    for col in ("node", "address", "pid", "up", "leader of"):
+        table.add_column(col)
+    for node in cluster.nodes:
+        pid = cluster.lifecycle.pid(node)
+        up = cluster.lifecycle.is_up(node)
+        led = [tp for tp, n in leaders.items() if n == node]
+        table.add_row(node, cluster.addresses[node], str(pid or "-"), "[green]yes[/]" if up else "[red]no[/]",
+                      ", ".join(led) or "-")
+    return table
+
+
+def cluster_down(*, cluster_id: str | None, console: Console) -> None:
+    """Remove clusters (all of this user's by default), also those a killed harness left behind."""
+    states = _select(cluster_id)
+    if not states:
+        console.print("no lab clusters")
+        return
+    for st in states:
+        problems = destroy(st)
+        if problems:
+            console.print(f"[red]cluster {st.cluster_id}: {'; '.join(problems)}[/]")
+        else:
+            console.print(f"cluster {st.cluster_id} down")

@@ -146,23 +146,42 @@ def _max_per_bin(t: array, y: array, end: int) -> tuple[list[float], list[float]
     return [b * width / NS for b in bins], [best[b] for b in bins]
 
 
-def unseen_figure(d: Digest) -> go.Figure:
-    """Acknowledged values not yet read by any ok poll, over time."""
-    x, y = _max_per_bin(d.unseen_t, d.unseen_n, d.end_time)
+def checker_series(points: Any, y_key: str) -> tuple[array, array] | None:
+    """A checker's [{"time": seconds, y_key: n}, ...] series as (ns, values) arrays, if well formed."""
+    if not isinstance(points, list) or not points:
+        return None
+    try:
+        t = array("q", (int(p["time"] * NS) for p in points))
+        y = array("q", (int(p[y_key]) for p in points))
+    except (TypeError, KeyError, ValueError):
+        return None
+    return t, y
+
+
+def unseen_figure(d: Digest, checker_points: Any = None) -> go.Figure:
+    """Acknowledged values not yet read by any ok poll, over time.
+
+    The checker's own series (results.json `unseen_over_time`) wins when present, so the
+    plot agrees with the verdict; otherwise the digest's recomputation is used.
+    """
+    series = checker_series(checker_points, "unseen") or (d.unseen_t, d.unseen_n)
+    x, y = _max_per_bin(series[0], series[1], d.end_time)
     fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": "#1c7ed6"},
                                name="unseen", hovertemplate="%{x:.3f} s: %{y} unseen<extra></extra>"))
     _shade(fig, d)
-    final = d.unseen_n[-1] if len(d.unseen_n) else 0
+    final = series[1][-1] if len(series[1]) else 0
     return _layout(fig, f"Unseen acknowledged values over time (at the end: {final:,})", "values")
 
 
-def lag_figure(d: Digest) -> go.Figure:
-    """Worst realtime lag of the polls in each time bin."""
+def lag_figure(d: Digest, checker_worst: Any = None) -> go.Figure:
+    """Worst realtime lag of the polls in each time bin (title: the checker's worst, if given)."""
     x, y = _max_per_bin(d.lag_t, d.lag_ns, d.end_time)
     fig = go.Figure(go.Scatter(x=x, y=[v / NS for v in y], mode="lines", line={"shape": "hv", "color": "#ae3ec9"},
                                name="lag", hovertemplate="%{x:.3f} s: lag %{y:.3f} s<extra></extra>"))
     _shade(fig, d)
     worst = max(d.lag_ns) / NS if len(d.lag_ns) else 0.0
+    if isinstance(checker_worst, dict) and isinstance(checker_worst.get("lag"), int | float):
+        worst = checker_worst["lag"]
     return _layout(fig, f"Realtime lag of polls (worst: {worst:.3f} s)", "lag (s)")
 
 

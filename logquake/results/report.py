@@ -82,10 +82,10 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise UserError(
-            f"{path} is not valid JSON ({e.msg} at line {e.lineno}): the run may have been killed while writing it",
-            hint="re-run the analysis, or delete the file to get a report marked 'not analysed'",
-        ) from None
+        hint = ("re-check the history (`logquake check`), or delete results.json to get a report marked "
+                "'not analysed'" if path.name == "results.json" else f"fix or delete {path.name}")
+        raise UserError(f"{path} is not valid JSON ({e}): the run may have been killed while writing it",
+                        hint=hint) from None
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
 
@@ -150,20 +150,32 @@ def named_keys(anomalies: dict[str, dict[str, Any]]) -> list[Any]:
     return list(keys)[:MAX_KEY_LOGS]
 
 
+def _is_op_ref(v: Any) -> bool:
+    """The checker names an op as {"index", "process", "time", "type", "f"}."""
+    return isinstance(v, dict) and isinstance(v.get("index"), int) and "f" in v and "type" in v
+
+
+def op_refs(value: Any, parent: str | None = None) -> list[int]:
+    """Indices of the ops an example names: op-ref dicts anywhere, ints under op fields."""
+    if _is_op_ref(value):
+        return [value["index"]]
+    if isinstance(value, dict):
+        return [i for k, v in value.items() for i in op_refs(v, str(k))]
+    if isinstance(value, list):
+        return [i for v in value for i in op_refs(v, parent)]
+    if parent in OP_REF_FIELDS and isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    return []
+
+
 def named_ops(anomalies: dict[str, dict[str, Any]]) -> list[int]:
-    found: dict[int, None] = {}
-    for a in anomalies.values():
-        for err in a["errs"][:MAX_EXAMPLES]:
-            for name, v in _walk(err):
-                if (name in OP_REF_FIELDS or name == "index") and isinstance(v, int) and not isinstance(v, bool):
-                    found.setdefault(v)
-    return list(found)
+    found = (i for a in anomalies.values() for err in a["errs"][:MAX_EXAMPLES] for i in op_refs(err))
+    return list(dict.fromkeys(found))
 
 
 def timeline_window(anomalies: dict[str, dict[str, Any]]) -> tuple[int, int]:
     """History indices around the first op an anomaly cites (else the start)."""
-    cited = [v for a in anomalies.values() for err in a["errs"][:MAX_EXAMPLES] for name, v in _walk(err)
-             if name in OP_REF_FIELDS and isinstance(v, int) and not isinstance(v, bool)]
+    cited = named_ops(anomalies)
     centre = min(cited) if cited else 0
     lo = max(0, centre - TIMELINE_OPS)  # ~2 history lines per op: TIMELINE_OPS ops either side
     return lo, lo + 2 * TIMELINE_OPS
@@ -175,6 +187,7 @@ def timeline_window(anomalies: dict[str, dict[str, Any]]) -> tuple[int, int]:
 @dataclass(frozen=True, kw_only=True)
 class Example:
     fields: list[tuple[str, str]]
+    explanation: str = ""
     steps: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
 
@@ -192,23 +205,31 @@ def describe_op(index: int, d: Digest) -> str:
     return text
 
 
+def _field_text(v: Any) -> str:
+    if _is_op_ref(v):
+        return f"op {v['index']} ({v.get('type')} {v.get('f')} by process {v.get('process')})"
+    if isinstance(v, list) and v and all(_is_op_ref(x) for x in v):
+        return ", ".join(f"op {x['index']}" for x in v)
+    return plots._short(v, 300)
+
+
+def _step_text(step: Any) -> str:
+    if isinstance(step, dict):
+        lead = f"{step.get('from', '?')} → {step.get('to', '?')} ({step.get('type', '?')}): "
+        return lead + str(step.get("text") or plots._short(step, 200))
+    return str(step)
+
+
 def _example(err: Any, d: Digest) -> Example:
     if not isinstance(err, dict):
         return Example(fields=[("", plots._short(err, 400))])
-    fields_: list[tuple[str, str]] = []
-    steps: list[str] = []
-    ops: list[str] = []
-    for k, v in err.items():
-        if k in ("steps", "explanation") and isinstance(v, list):
-            steps.extend(str(s) for s in v)
-        elif k == "explanation" and isinstance(v, str):
-            steps.extend(line for line in v.splitlines() if line.strip())
-        else:
-            fields_.append((str(k), plots._short(v, 300)))
-            if k in OP_REF_FIELDS:
-                refs = [i for _, i in _walk(v) if isinstance(i, int) and not isinstance(i, bool)]
-                ops.extend(describe_op(i, d) for i in dict.fromkeys(refs))
-    return Example(fields=fields_, steps=steps, ops=ops)
+    steps = err.get("steps") if isinstance(err.get("steps"), list) else []
+    explanation = err.get("explanation")
+    if isinstance(explanation, list):
+        explanation = "\n".join(map(str, explanation))
+    fields_ = [(str(k), _field_text(v)) for k, v in err.items() if k not in ("steps", "explanation")]
+    return Example(fields=fields_, explanation=str(explanation or ""), steps=[_step_text(s) for s in steps],
+                   ops=[describe_op(i, d) for i in dict.fromkeys(op_refs(err))])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,9 +274,12 @@ def _err_marks(anomalies: dict[str, dict[str, Any]]) -> dict[Any, tuple[set[Any]
     return marks
 
 
+HIDDEN_PARAMS = ("seed", "start_time", "run_dir", "config")
+
+
 def test_params(test: dict[str, Any]) -> list[tuple[str, str]]:
     config = test.get("config") if isinstance(test.get("config"), dict) else test
-    return [(str(k), plots._short(v, 200)) for k, v in config.items() if k not in ("seed",)]
+    return [(str(k), plots._short(v, 200)) for k, v in config.items() if k not in HIDDEN_PARAMS]
 
 
 def op_count_rows(d: Digest) -> tuple[list[str], list[list[Any]]]:
@@ -287,10 +311,14 @@ def _seed(files: RunFiles) -> Any:
     return None
 
 
-def _start_time(files: RunFiles) -> Any:
+def _start_time(files: RunFiles) -> str:
+    """test.json's start time (epoch seconds or text), else the run directory's name."""
     for k in ("start_time", "start-time", "started", "start"):
-        if files.test.get(k):
-            return files.test[k]
+        v = files.test.get(k)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return datetime.fromtimestamp(v, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        if v:
+            return str(v)
     return files.path.name
 
 
@@ -320,12 +348,13 @@ def render_report(files: RunFiles, d: Digest) -> str:
                                   for k in d.keys]
     figures = {
         "latency": plots.latency_figure(d), "throughput": plots.throughput_figure(d),
-        "unseen": plots.unseen_figure(d), "lag": plots.lag_figure(d),
+        "unseen": plots.unseen_figure(d, results.get("unseen_over_time")),
+        "lag": plots.lag_figure(d, results.get("worst_realtime_lag")),
     }
     if d.timeline:
         figures["timeline"] = plots.timeline_figure(d)
     informational = {k: v for k, v in results.items()
-                     if k not in ("valid", "bad_error_types", "error_types", "anomalies")}
+                     if k not in ("valid", "bad_error_types", "error_types", "anomalies", "unseen_over_time")}
     headers, rows = op_count_rows(d)
     return _template().render(
         name=files.test.get("name") or files.path.parent.name, run_dir=str(files.path), verdict=verdict,

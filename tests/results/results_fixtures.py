@@ -13,6 +13,7 @@ import heapq
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -141,13 +142,31 @@ def invalid_ops() -> list[Op]:
         _op("nemesis", "info", "stop-partition", "fully connected", 30),
         _op(3, "invoke", "poll", [["poll"]], 31),
         _op(3, "ok", "poll", [["poll", {"1": [[0, 1], [1, 5]]}]], 33),  # offset 1 holds 2 and 5
-        _op(2, "invoke", "send", [["send", 3, 1]], 34),
+        # G0: two transactions append to keys 4 and 5 in opposite orders
+        _op(4, "invoke", "txn", [["send", 4, 1], ["send", 5, 1]], 34),
+        _op(5, "invoke", "txn", [["send", 4, 2], ["send", 5, 2]], 34.5),
+        _op(4, "ok", "txn", [["send", 4, [0, 1]], ["send", 5, [1, 1]]], 36),
+        _op(5, "ok", "txn", [["send", 4, [1, 2]], ["send", 5, [0, 2]]], 36.5),
+        _op(6, "invoke", "poll", [["poll"]], 37),
+        _op(6, "ok", "poll", [["poll", {"4": [[0, 1], [1, 2]], "5": [[0, 2], [1, 1]]}]], 38),
+        _op(2, "invoke", "send", [["send", 3, 1]], 39),
         _op(2, "info", "send", [["send", 3, 1]], 40, error="timed out"),
     ]
 
 
+def checked(ops: list[Op], **opts: Any) -> dict[str, Any]:
+    """results.json for `ops` from the real checker (ops renumbered as write_history does)."""
+    from logquake.checker import CheckOptions, check_history
+
+    return check_history([replace(op, index=i) for i, op in enumerate(ops)], CheckOptions(**opts))
+
+
 def invalid_results() -> dict[str, Any]:
-    """results.json for `invalid_ops`, in the DESIGN §8 shape (as the checker writes it)."""
+    return checked(invalid_ops(), txn=True)
+
+
+def legacy_results() -> dict[str, Any]:
+    """A hand-written results.json in an older, Jepsen-like shape: the report must cope."""
     return {
         "valid": False,
         "bad_error_types": ["G1a", "duplicate", "inconsistent-offsets", "lost-write"],
@@ -187,7 +206,7 @@ def valid_ops() -> list[Op]:
 
 
 def valid_results() -> dict[str, Any]:
-    return {"valid": True, "bad_error_types": [], "error_types": [], "anomalies": {}}
+    return checked(valid_ops())
 
 
 def make_run_dir(

@@ -1,1 +1,13 @@
-"""The system under test: a Kafka-wire-compatible replicated log (DESIGN.md §3)."""
+"""The system under test: a Kafka-wire-compatible replicated log (DESIGN.md §3).
+
+Layout: codec.py (wire), records.py (record batch headers), server.py (Kafka listener),
+handlers.py (the Kafka APIs), partition.py / metadata.py (state machines applied from the
+log), replica.py (one Raft group on a node), node.py (the process's loop), transport.py
+(peer connections), nodeconfig.py (node.yaml), process.py (`logquake broker`),
+localcluster.py (N processes on loopback for tests and benchmarks).
+"""
+
+from logquake.broker.localcluster import LocalCluster
+from logquake.broker.nodeconfig import NodeAddress, NodeConfig, load_node_config, parse_node_config
+
+__all__ = ["LocalCluster", "NodeAddress", "NodeConfig", "load_node_config", "parse_node_config"]

@@ -6,7 +6,8 @@ serves which partition and on which nodes. Payloads are small JSON objects (meta
 are rare; readability of the log wins over compactness):
 
     {"op": "create_topic", "name": str, "partitions": int, "replication_factor": int}
-    {"op": "alloc_producer_ids", "count": int}       -> a block of fresh producer ids
+    {"op": "alloc_producer_ids", "count": int, "node": int, "nonce": str}
+                                                      -> a block of fresh producer ids for `node`
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class MetadataState:
     next_group: int = METADATA_GROUP + 1
     next_replica_start: int = 0  # rotates the first replica across topics, as Kafka does
     next_producer_id: int = 1000
+    # node id -> (nonce, first id, count) of its latest block, so the requester finds its answer
+    producer_id_blocks: dict[int, tuple[str, int, int]] = field(default_factory=dict)
     applied_index: int = 0
 
 
@@ -68,8 +71,8 @@ def create_topic_entry(name: str, partitions: int, replication_factor: int) -> b
                        "replication_factor": replication_factor}).encode()
 
 
-def alloc_producer_ids_entry(count: int) -> bytes:
-    return json.dumps({"op": "alloc_producer_ids", "count": count}).encode()
+def alloc_producer_ids_entry(count: int, *, node: int, nonce: str) -> bytes:
+    return json.dumps({"op": "alloc_producer_ids", "count": count, "node": node, "nonce": nonce}).encode()
 
 
 def validate_topic_name(name: str) -> str | None:
@@ -95,9 +98,10 @@ def apply_metadata(state: MetadataState, *, index: int, data: bytes) -> dict[str
     if op.get("op") == "create_topic":
         return _create_topic(state, op)
     if op.get("op") == "alloc_producer_ids":
-        first = state.next_producer_id
-        state.next_producer_id += int(op["count"])
-        return {"error_code": 0, "first": first, "count": int(op["count"])}
+        first, count = state.next_producer_id, int(op["count"])
+        state.next_producer_id += count
+        state.producer_id_blocks[int(op["node"])] = (str(op["nonce"]), first, count)
+        return {"error_code": 0, "first": first, "count": count}
     return {"error_code": -1, "error": f"unknown metadata op {op.get('op')!r}"}
 
 

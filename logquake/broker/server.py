@@ -153,7 +153,14 @@ class _Connection:
             if out is None:  # handler failure: the client cannot be answered sensibly
                 self.writer.close()
                 return
-            self.writer.write(encode_response(req.api_key, req.api_version, req.correlation_id, out))
+            try:
+                frame = encode_response(req.api_key, req.api_version, req.correlation_id, out)
+            except Exception:  # noqa: BLE001 - a response we cannot encode is our bug, not a crash
+                log.exception("cannot encode the response to api %d v%d for %s; closing", req.api_key,
+                              req.api_version, self.peer)
+                self.writer.close()
+                return
+            self.writer.write(frame)
             if self.pending.empty():
                 await self.writer.drain()
 

@@ -1,0 +1,393 @@
+"""The Kafka APIs this broker serves, on top of a `Node`.
+
+Each handler takes a decoded request and returns a response (or `NO_RESPONSE`, or an
+awaitable of one). The synchronous part runs in request order per connection (server.py),
+so a connection's produce requests are appended in the order they were sent.
+
+Error codes are Kafka's. Every request refused for a reason a client should hear about is
+logged once with the reason (at INFO, since clients retry these during failovers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from logquake.broker import codec
+from logquake.broker.codec import ApiKey, Request
+from logquake.broker.metadata import validate_topic_name
+from logquake.broker.producer_state import Outcome
+from logquake.broker.records import InvalidRecords, parse_batches
+from logquake.broker.replica import AppendOutcome
+from logquake.broker.server import NO_RESPONSE
+
+if TYPE_CHECKING:
+    from logquake.broker.node import Node
+
+__all__ = ["KafkaApi"]
+
+log = logging.getLogger("logquake.broker.api")
+
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_REQUIRED_ACKS = 21
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REQUEST = 42
+INVALID_TOPIC_EXCEPTION = 17
+UNKNOWN_SERVER_ERROR = -1
+CLUSTER_ID = "logquake"
+
+
+
+class KafkaApi:
+    """Dispatches requests by API key to the handlers below (and to registered extra ones)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._by_key = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+        }
+        self.ack_early = node.cfg.unsafe.get("ack") == "early"
+        self.dedup = node.cfg.unsafe.get("dedup") != "off"
+
+    def register(self, api_key: int, handler: Any) -> None:
+        """Serve `api_key` with `handler(request, node)` (issue #7's group/txn APIs)."""
+        self._by_key[api_key] = lambda req: handler(req, self.node)
+
+    def handle(self, req: Request) -> Any:
+        return self._by_key[req.api_key](req)
+
+    # ---- ApiVersions ---------------------------------------------------------------------------
+
+    def api_versions(self, req: Request) -> Any:
+        cls = codec.API_RANGES[ApiKey.API_VERSIONS][3][req.api_version]
+        return cls(error_code=0, throttle_time_ms=0,
+                   api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                             for k, lo, hi in codec.api_version_entries()],
+                   supported_features=[], finalized_features_epoch=-1, finalized_features=[],
+                   zk_migration_ready=False)
+
+    # ---- Metadata -----------------------------------------------------------------------------
+
+    def metadata(self, req: Request) -> Any:
+        b, v = req.body, req.api_version
+        cls = codec.API_RANGES[ApiKey.METADATA][3][v]
+        st = self.node.meta.state
+        if b.topics is None or (v == 0 and not b.topics):
+            names = sorted(st.topics)
+        else:
+            names = [t.name for t in b.topics]
+        auto = self.node.cfg.auto_create_topics and (v < 4 or b.allow_auto_topic_creation)
+        topics = [self._topic_metadata(cls, name, auto) for name in names]
+        brokers = [cls.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.kafka_port, rack=None)
+                   for n in self.node.cfg.nodes]
+        meta_leader = self.node.meta.raft.leader_id
+        return cls(throttle_time_ms=0, brokers=brokers, cluster_id=CLUSTER_ID,
+                   controller_id=meta_leader if meta_leader is not None else -1,
+                   topics=topics)
+
+    def _topic_metadata(self, cls: Any, name: str, auto: bool) -> Any:
+        T = cls.MetadataResponseTopic
+        info = self.node.meta.state.topics.get(name)
+        if info is None:
+            err = UNKNOWN_TOPIC_OR_PARTITION
+            if auto and validate_topic_name(name) is None:
+                self.node.request_topic(name)
+                err = LEADER_NOT_AVAILABLE  # Kafka's answer while an auto-created topic comes up
+            elif name and validate_topic_name(name) is not None:
+                err = INVALID_TOPIC_EXCEPTION
+            return T(error_code=err, name=name, is_internal=False, partitions=[],
+                     authorized_operations=None)
+        parts = []
+        for p in info.partitions:
+            leader, epoch = self.node.leader_of(p.group_id)
+            parts.append(T.MetadataResponsePartition(
+                error_code=NONE if leader >= 0 else LEADER_NOT_AVAILABLE, partition_index=p.partition,
+                leader_id=leader, leader_epoch=epoch, replica_nodes=list(p.replicas),
+                isr_nodes=list(p.replicas), offline_replicas=[]))
+        return T(error_code=NONE, name=name, topic_id=info.topic_id, is_internal=False, partitions=parts,
+                 authorized_operations=None)
+
+    # ---- Produce ------------------------------------------------------------------------------
+
+    def produce(self, req: Request) -> Any:
+        b = req.body
+        acks = b.acks
+        results: list[tuple[str, int, Any]] = []
+        for t in b.topic_data:
+            for p in t.partition_data:
+                if acks not in (0, 1, -1):
+                    out: Any = AppendOutcome(error_code=INVALID_REQUIRED_ACKS)
+                else:
+                    out = self._produce_one(t.name, p.index, p.records, acks, req)
+                results.append((t.name, p.index, out))
+        if acks == 0:
+            return NO_RESPONSE
+        if all(isinstance(o, AppendOutcome) for _, _, o in results):
+            return self._produce_response(req, results)
+        return self._produce_wait(req, results)
+
+    def _produce_one(self, topic: str, partition: int, records: bytes | None, acks: int, req: Request) -> Any:
+        rep, err = self._leader_replica(topic, partition, auto_create=True)
+        if rep is None:
+            self._reject(req, topic, partition, err)
+            return AppendOutcome(error_code=err)
+        try:
+            headers = parse_batches(records or b"")
+            if not headers:
+                raise InvalidRecords("no record batches")
+        except InvalidRecords as e:
+            log.warning("rejected produce to %s-%d from %s: %s", topic, partition, req.client_id, e)
+            return AppendOutcome(error_code=CORRUPT_MESSAGE)
+        verdict = rep.check_producer(records, headers, dedup=self.dedup)
+        if verdict is not None:
+            if verdict.outcome is Outcome.DUPLICATE:
+                return AppendOutcome(error_code=NONE, base_offset=verdict.base_offset or 0)
+            self._reject(req, topic, partition, int(verdict.error))
+            return AppendOutcome(error_code=int(verdict.error))
+        # Unsafe `ack: early` is read here only: acks=all is answered after the leader's append.
+        eff = 1 if (acks == -1 and self.ack_early) else acks
+        out = rep.append(records, headers, eff)
+        self.node.kick()
+        return out
+
+    def _leader_replica(self, topic: str, partition: int, *, auto_create: bool = False) -> tuple[Any, int]:
+        info = self.node.meta.state.topics.get(topic)
+        if info is None:
+            if auto_create and self.node.cfg.auto_create_topics and validate_topic_name(topic) is None:
+                self.node.request_topic(topic)
+            return None, UNKNOWN_TOPIC_OR_PARTITION
+        if not 0 <= partition < len(info.partitions):
+            return None, UNKNOWN_TOPIC_OR_PARTITION
+        rep = self.node.partitions.get(info.partitions[partition].group_id)
+        if rep is None or not rep.is_ready_leader:
+            return None, NOT_LEADER_OR_FOLLOWER
+        return rep, NONE
+
+    def _reject(self, req: Request, topic: str, partition: int, err: int) -> None:
+        log.info("api %d from %s for %s-%d answered with error %d", req.api_key, req.client_id, topic,
+                 partition, err)
+
+    async def _produce_wait(self, req: Request, results: list[tuple[str, int, Any]]) -> Any:
+        timeout = max(req.body.timeout_ms, 1) / 1000
+        futs = [o for _, _, o in results if isinstance(o, asyncio.Future)]
+        done, pending = await asyncio.wait(futs, timeout=timeout)
+        final = []
+        for t, p, o in results:
+            if isinstance(o, asyncio.Future):
+                if o in done:
+                    o = o.result()
+                else:
+                    log.info("produce to %s-%d from %s timed out before commit", t, p, req.client_id)
+                    o = AppendOutcome(error_code=REQUEST_TIMED_OUT)
+            final.append((t, p, o))
+        return self._produce_response(req, final)
+
+    def _produce_response(self, req: Request, results: list[tuple[str, int, AppendOutcome]]) -> Any:
+        cls = codec.API_RANGES[ApiKey.PRODUCE][3][req.api_version]
+        T = cls.TopicProduceResponse
+        by_topic: dict[str, list[Any]] = {}
+        for t, p, o in results:
+            by_topic.setdefault(t, []).append(T.PartitionProduceResponse(
+                index=p, error_code=o.error_code, base_offset=o.base_offset, log_append_time_ms=-1,
+                log_start_offset=0, record_errors=[], error_message=None))
+        return cls(throttle_time_ms=0, responses=[T(name=t, partition_responses=ps) for t, ps in by_topic.items()])
+
+    # ---- Fetch --------------------------------------------------------------------------------
+
+    def fetch(self, req: Request) -> Any:
+        b = req.body
+        topics, size, watch, errors = self._fetch_once(req)
+        if size >= b.min_bytes or b.max_wait_ms <= 0 or errors or not watch:
+            return self._fetch_response(req, topics)
+        return self._fetch_wait(req, watch)
+
+    async def _fetch_wait(self, req: Request, watch: list[Any]) -> Any:
+        b = req.body
+        deadline = time.monotonic() + b.max_wait_ms / 1000
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            futs = [rep.wait_for_data() for rep in watch]
+            await asyncio.wait(futs, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for f in futs:
+                f.cancel()
+            topics, size, watch2, errors = self._fetch_once(req)
+            if size >= b.min_bytes or errors:
+                return self._fetch_response(req, topics)
+        topics, _, _, _ = self._fetch_once(req)
+        return self._fetch_response(req, topics)
+
+    def _fetch_once(self, req: Request) -> tuple[list[Any], int, list[Any], bool]:
+        b = req.body
+        cls = codec.API_RANGES[ApiKey.FETCH][3][req.api_version]
+        T = cls.FetchableTopicResponse
+        read_committed = b.isolation_level == 1
+        budget = b.max_bytes if b.max_bytes > 0 else 1 << 62
+        total, errors, watch, topics = 0, False, [], []
+        for t in b.topics:
+            parts = []
+            for p in t.partitions:
+                rep, err = self._leader_replica(t.topic, p.partition)
+                hw = lso = -1
+                start = 0
+                records = b""
+                if rep is not None:
+                    st = rep.state
+                    hw = lso = st.next_offset
+                    start = st.log_start_offset
+                    if not start <= p.fetch_offset <= hw:
+                        err = OFFSET_OUT_OF_RANGE
+                    else:
+                        records = self._read(rep, p.fetch_offset, hw, min(p.partition_max_bytes, budget),
+                                              first=total == 0)
+                        budget -= len(records)
+                        total += len(records)
+                        watch.append(rep)
+                if err != NONE:
+                    errors = True
+                    self._reject(req, t.topic, p.partition, err)
+                parts.append(T.PartitionData(
+                    partition_index=p.partition, error_code=err, high_watermark=hw, last_stable_offset=lso,
+                    log_start_offset=start, aborted_transactions=[] if read_committed else None,
+                    preferred_read_replica=-1, records=records))
+            topics.append(T(topic=t.topic, partitions=parts))
+        return topics, total, watch, errors
+
+    @staticmethod
+    def _read(rep: Any, offset: int, upto: int, max_bytes: int, *, first: bool) -> bytes:
+        st = rep.state
+        i = st.locate(offset)
+        out: list[bytes] = []
+        size = 0
+        batches = st.batches
+        while i < len(batches):
+            ref = batches[i]
+            if ref.base_offset >= upto:
+                break
+            if size + ref.length > max_bytes and (out or not first):
+                break  # KIP-74: the first batch goes out even when larger than the limits
+            out.append(rep.read(ref))
+            size += ref.length
+            i += 1
+        return b"".join(out)
+
+    def _fetch_response(self, req: Request, topics: list[Any]) -> Any:
+        cls = codec.API_RANGES[ApiKey.FETCH][3][req.api_version]
+        return cls(throttle_time_ms=0, error_code=NONE, session_id=0, responses=topics)
+
+    # ---- ListOffsets --------------------------------------------------------------------------
+
+    def list_offsets(self, req: Request) -> Any:
+        b = req.body
+        cls = codec.API_RANGES[ApiKey.LIST_OFFSETS][3][req.api_version]
+        T = cls.ListOffsetsTopicResponse
+        topics = []
+        for t in b.topics:
+            parts = []
+            for p in t.partitions:
+                rep, err = self._leader_replica(t.name, p.partition_index)
+                ts, off, epoch = -1, -1, -1
+                if rep is None:
+                    self._reject(req, t.name, p.partition_index, err)
+                else:
+                    st = rep.state
+                    epoch = rep.raft.term
+                    if p.timestamp == -1:  # latest (read_committed: the LSO, = HW until #7)
+                        off = st.next_offset
+                    elif p.timestamp == -2:  # earliest
+                        off = st.log_start_offset
+                    elif p.timestamp == -3:  # max timestamp (KIP-734)
+                        if st.batches:
+                            best = max(st.batches, key=lambda r: r.max_timestamp)
+                            ts, off = best.max_timestamp, best.base_offset
+                    else:
+                        found = st.offset_for_timestamp(p.timestamp)
+                        if found is not None:
+                            off = found
+                            ts = next(r.max_timestamp for r in st.batches if r.base_offset == found)
+                parts.append(T.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=err,
+                                                            timestamp=ts, offset=off, leader_epoch=epoch))
+            topics.append(T(name=t.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    # ---- CreateTopics -------------------------------------------------------------------------
+
+    def create_topics(self, req: Request) -> Any:
+        return self._create_topics(req)
+
+    async def _create_topics(self, req: Request) -> Any:
+        b = req.body
+        cls = codec.API_RANGES[ApiKey.CREATE_TOPICS][3][req.api_version]
+        n_nodes = len(self.node.node_ids)
+        jobs = []
+        for t in b.topics:
+            n = self.node.cfg.default_partitions if t.num_partitions == -1 else t.num_partitions
+            rf = (min(self.node.cfg.default_replication_factor, n_nodes) if t.replication_factor == -1
+                  else t.replication_factor)
+            jobs.append((t.name, n, rf, self._create_one(t.name, n, rf, bool(b.validate_only), t.assignments,
+                                                          b.timeout_ms)))
+        out = []
+        for name, n, rf, job in jobs:
+            err, msg = await job
+            if err:
+                log.info("CreateTopics %s from %s: error %d (%s)", name, req.client_id, err, msg)
+            out.append(cls.CreatableTopicResult(name=name, error_code=err, error_message=msg,
+                                                num_partitions=n if not err else -1,
+                                                replication_factor=rf if not err else -1, configs=None))
+        return cls(throttle_time_ms=0, topics=out)
+
+    async def _create_one(self, name: str, n: int, rf: int, validate_only: bool, assignments: Any,
+                          timeout_ms: int) -> tuple[int, str | None]:
+        if name in self.node.meta.state.topics:
+            return TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+        reason = validate_topic_name(name)
+        if reason:
+            return INVALID_TOPIC_EXCEPTION, reason
+        if assignments:
+            return INVALID_REQUEST, "manual replica assignments are not supported"
+        if n < 1:
+            return INVALID_PARTITIONS, f"partitions must be >= 1, got {n}"
+        if not 1 <= rf <= len(self.node.node_ids):
+            return INVALID_REPLICATION_FACTOR, f"replication factor must be in [1, {len(self.node.node_ids)}]"
+        if validate_only:
+            return NONE, None
+        return await self.node.create_topic(name, n, rf, timeout=max(timeout_ms, 1000) / 1000)
+
+    # ---- InitProducerId -----------------------------------------------------------------------
+
+    def init_producer_id(self, req: Request) -> Any:
+        return self._init_producer_id(req)
+
+    async def _init_producer_id(self, req: Request) -> Any:
+        b = req.body
+        cls = codec.API_RANGES[ApiKey.INIT_PRODUCER_ID][3][req.api_version]
+        if b.transactional_id is not None:
+            log.info("InitProducerId for transactional id %r from %s: transactions not served yet",
+                     b.transactional_id, req.client_id)
+            return cls(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
+        if req.api_version >= 3 and b.producer_id >= 0 and 0 <= b.producer_epoch < 32766:
+            # KIP-360: an idempotent producer bumps its own epoch after an error; the id stays.
+            return cls(throttle_time_ms=0, error_code=NONE, producer_id=b.producer_id,
+                       producer_epoch=b.producer_epoch + 1)
+        pid = await self.node.new_producer_id()
+        if pid is None:
+            return cls(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
+        return cls(throttle_time_ms=0, error_code=NONE, producer_id=pid, producer_epoch=0)

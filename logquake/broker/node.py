@@ -1,0 +1,347 @@
+"""The broker process: an asyncio loop driving this node's Raft groups.
+
+One `Node` owns the metadata group (every node is a voter) and one Raft group per partition
+it replicates, created as the metadata log assigns them. The loop (`_ready_loop`) runs
+etcd's shell contract for all groups at once, which is where batching happens:
+
+    collect a Ready from every group that has one
+    write their entries and hard states, then one fsync per written log (policy `always`)
+    send all their messages, grouped per peer into one frame (heartbeats of all groups ride together)
+    answer acks=1 requests now persisted; apply committed entries (answers acks=all)
+    advance every Ready
+
+Timers: every `tick_ms` each group ticks. Fsync policy: `always` syncs before messages go
+out (so a follower acknowledges only durable entries); `interval` syncs on a timer; `never`
+leaves it to the OS.
+
+Peer channels (transport.py): RAFT carries encoded Raft messages; FORWARD carries a metadata
+command for the metadata leader to propose (topic creation, producer-id blocks requested on
+another node); LEADERS gossips who leads which group, so a node answers Metadata for
+partitions it does not replicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from logquake.broker.metadata import (
+    METADATA_GROUP,
+    PartitionInfo,
+    alloc_producer_ids_entry,
+    create_topic_entry,
+)
+from logquake.broker.nodeconfig import NodeConfig
+from logquake.broker.raft import (
+    LEADER,
+    Message,
+    RaftConfig,
+    RaftNode,
+    Ready,
+    decode_messages,
+    encode_messages,
+)
+from logquake.broker.replica import MetadataReplica, PartitionReplica
+from logquake.broker.server import KafkaServer
+from logquake.broker.storage_adapter import open_store
+from logquake.broker.transport import PeerTransport
+
+__all__ = ["Node"]
+
+log = logging.getLogger("logquake.broker.node")
+
+CH_RAFT, CH_FORWARD, CH_LEADERS = 0, 1, 2
+META_NAME = "meta"
+PID_BLOCK = 1000
+
+
+def group_name(gid: int) -> str:
+    return META_NAME if gid == METADATA_GROUP else f"p{gid}"
+
+
+class Node:
+    """One broker node. `await node.run()` serves until `node.stop()`."""
+
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.cfg = cfg
+        self.id = cfg.node_id
+        self.node_ids = tuple(n.node_id for n in cfg.nodes)
+        self.rng = random.Random(f"{self.id}-{time.time_ns()}")
+        self.raft_cfg = RaftConfig(election_ticks=cfg.election_ticks, heartbeat_ticks=cfg.heartbeat_ticks,
+                                   unclean_election=cfg.unsafe.get("election") == "unclean")
+        self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node
+        self.groups: dict[str, PartitionReplica | MetadataReplica] = {}
+        self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
+        self._stopped = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._pids: list[int] = []  # unused producer ids of this node's block
+        self._pid_lock = asyncio.Lock()
+        self._unsynced: set[Any] = set()  # stores written since the last fsync (policy interval)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.extra_handlers: dict[int, Any] = {}
+        me = cfg.me
+        self.transport = PeerTransport(
+            node_id=self.id, host=me.host, port=me.raft_port,
+            peers={n.node_id: (n.host, n.raft_port) for n in cfg.nodes if n.node_id != self.id},
+            on_message=self._on_peer)
+        from logquake.broker.handlers import KafkaApi  # late: handlers import node types
+
+        self.api = KafkaApi(self)
+        self.server = KafkaServer(self.api.handle, me.host, me.kafka_port, max_frame_bytes=cfg.max_frame_bytes)
+        self.meta = self._open_metadata()
+
+    # ---- life cycle ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        await self.transport.start()
+        await self.server.start()
+        log.info("node %d serving Kafka on %s:%d, peers on %s:%d (fsync %s)", self.id, self.cfg.me.host,
+                 self.cfg.me.kafka_port, self.cfg.me.host, self.cfg.me.raft_port, self.cfg.effective_fsync)
+        self._tasks = [asyncio.create_task(c) for c in (self._ready_loop(), self._tick_loop(),
+                                                         self._gossip_loop())]
+        if self.cfg.effective_fsync == "interval":
+            self._tasks.append(asyncio.create_task(self._fsync_loop()))
+        self.kick()
+        await self._stopped.wait()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.close()
+        await self.transport.close()
+        for g in self.groups.values():
+            g.store.close()
+        log.info("node %d stopped", self.id)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def kick(self) -> None:
+        self._dirty.set()
+
+    # ---- groups ----------------------------------------------------------------------------
+
+    def _make_raft(self, name: str, voters: tuple[int, ...]) -> tuple[RaftNode, Any]:
+        store = open_store(self.cfg.data_dir / "groups" / name, fsync=self.cfg.effective_fsync)
+        hs, entries = store.load()
+        raft = RaftNode(group=name, node_id=self.id, voters=voters, config=self.raft_cfg,
+                        rng=random.Random(self.rng.random()), hard_state=hs, entries=entries)
+        return raft, store
+
+    def _open_metadata(self) -> MetadataReplica:
+        raft, store = self._make_raft(META_NAME, self.node_ids)
+        m = MetadataReplica(raft, store, self.node_ids, self._on_new_partition)
+        self.groups[META_NAME] = m
+        return m
+
+    def _on_new_partition(self, info: PartitionInfo) -> None:
+        if self.id not in info.replicas or info.group_id in self.partitions:
+            return
+        raft, store = self._make_raft(group_name(info.group_id), info.replicas)
+        rep = PartitionReplica(info, raft, store)
+        self.partitions[info.group_id] = rep
+        self.groups[rep.name] = rep
+        if len(info.replicas) == 1:
+            raft.campaign()
+        self.kick()
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        period = self.cfg.tick_ms / 1000
+        nxt = time.monotonic()
+        while True:
+            nxt += period
+            await asyncio.sleep(max(0.0, nxt - time.monotonic()))
+            for g in list(self.groups.values()):
+                g.raft.tick()
+            self.kick()
+
+    async def _ready_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            await self._process_readies()
+
+    async def _process_readies(self) -> None:
+        readies: list[tuple[Any, Ready]] = []
+        for g in list(self.groups.values()):
+            if g.raft.has_ready():
+                readies.append((g, g.raft.ready()))
+        if not readies:
+            self._check_leadership()
+            return
+        written = []
+        for g, rd in readies:
+            if rd.entries or rd.hard_state is not None:
+                g.store.append(rd.entries, rd.hard_state)
+                written.append(g.store)
+        if written:
+            policy = self.cfg.effective_fsync
+            if policy == "always":
+                await asyncio.to_thread(_sync_all, written)
+            elif policy == "interval":
+                self._unsynced.update(written)
+        self._send([m for _, rd in readies for m in rd.messages])
+        for g, rd in readies:
+            try:
+                g.apply_ready(rd)
+            except Exception:
+                log.exception("%s: applying committed entries failed", g.name)
+                raise
+        for g, rd in readies:
+            g.raft.advance(rd)
+            if isinstance(g, PartitionReplica):
+                g.on_persisted()
+        self._check_leadership()
+        self.kick()  # advancing may have made more work (a leader commits on its own persist)
+
+    def _check_leadership(self) -> None:
+        changed = []
+        for g in self.groups.values():
+            if g.leadership_changed():
+                r = g.raft
+                log.info("%s: role %s term %d leader %s", g.name, r.role, r.term, r.leader_id)
+                if isinstance(g, PartitionReplica):
+                    g.on_leadership_change()
+                    if r.leader_id is not None:
+                        self.leaders[g.info.group_id] = (r.term, r.leader_id)
+                changed.append(g)
+        if changed:
+            self._gossip_leaders([g for g in changed if isinstance(g, PartitionReplica)])
+
+    def _send(self, msgs: list[Message]) -> None:
+        by_peer: dict[int, list[Message]] = defaultdict(list)
+        for m in msgs:
+            by_peer[m.to].append(m)
+        for peer, ms in by_peer.items():
+            self.transport.send(peer, CH_RAFT, encode_messages(ms))
+
+    async def _fsync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.fsync_interval_ms / 1000)
+            stores, self._unsynced = self._unsynced, set()
+            if stores:
+                await asyncio.to_thread(_sync_all, stores)
+
+    # ---- peers -----------------------------------------------------------------------------
+
+    def _on_peer(self, peer: int, channel: int, payload: bytes) -> None:
+        try:
+            if channel == CH_RAFT:
+                for m in decode_messages(payload):
+                    g = self.groups.get(m.group)
+                    if g is not None:
+                        g.raft.step(m)
+                self.kick()
+            elif channel == CH_FORWARD:
+                if self.meta.raft.role == LEADER:
+                    self.meta.raft.propose(payload)
+                    self.kick()
+            elif channel == CH_LEADERS:
+                for gid, term, leader in json.loads(payload):
+                    if term >= self.leaders.get(gid, (-1, -1))[0]:
+                        self.leaders[gid] = (term, leader)
+        except Exception:  # noqa: BLE001 - a bad peer frame must not stop the node
+            log.exception("bad frame from peer %d on channel %d", peer, channel)
+
+    def _gossip_leaders(self, reps: list[PartitionReplica]) -> None:
+        items = [[r.info.group_id, r.raft.term, r.raft.leader_id] for r in reps
+                 if r.raft.role == LEADER]
+        if items:
+            data = json.dumps(items).encode()
+            for p in self.node_ids:
+                if p != self.id:
+                    self.transport.send(p, CH_LEADERS, data)
+
+    async def _gossip_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self._gossip_leaders(list(self.partitions.values()))
+
+    # ---- services for the Kafka handlers ------------------------------------------------------
+
+    def leader_of(self, gid: int) -> tuple[int, int]:
+        """(leader node id or -1, leader epoch) for a partition group, as best known here."""
+        rep = self.partitions.get(gid)
+        if rep is not None:
+            r = rep.raft
+            if r.role == LEADER:
+                return (self.id, r.term) if rep.leader_ready else (-1, r.term)
+            if r.leader_id is not None:
+                known = self.leaders.get(gid)
+                if known and known[0] > r.term:
+                    return known[1], known[0]
+                return r.leader_id, r.term
+        known = self.leaders.get(gid)
+        return (known[1], known[0]) if known else (-1, -1)
+
+    def propose_metadata(self, data: bytes) -> None:
+        """Propose a metadata command here if we lead the metadata group, else forward it."""
+        r = self.meta.raft
+        if r.role == LEADER:
+            r.propose(data)
+            self.kick()
+        elif r.leader_id is not None:
+            self.transport.send(r.leader_id, CH_FORWARD, data)
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           timeout: float = 10.0) -> tuple[int, str | None]:
+        """Create a topic through the metadata group; (error code, message) once applied here."""
+        deadline = time.monotonic() + timeout
+        entry = create_topic_entry(name, partitions, replication_factor)
+        while time.monotonic() < deadline:
+            if name in self.meta.state.topics:
+                return 0, None
+            self.propose_metadata(entry)
+            try:
+                await asyncio.wait_for(self._wait_topic(name), min(1.0, deadline - time.monotonic()))
+            except TimeoutError:
+                continue
+        if name in self.meta.state.topics:
+            return 0, None
+        return 7, "timed out waiting for the metadata group"  # REQUEST_TIMED_OUT
+
+    async def _wait_topic(self, name: str) -> None:
+        while name not in self.meta.state.topics:
+            await self.meta.wait_change()
+
+    def request_topic(self, name: str) -> None:
+        """Auto-create `name` in the background (Metadata/Produce of an unknown topic)."""
+        self.propose_metadata(create_topic_entry(name, self.cfg.default_partitions,
+                                                 min(self.cfg.default_replication_factor, len(self.node_ids))))
+
+    async def new_producer_id(self, timeout: float = 10.0) -> int | None:
+        """A cluster-unique producer id, from this node's block (refilled via the metadata group)."""
+        async with self._pid_lock:
+            if not self._pids:
+                nonce = uuid.uuid4().hex
+                entry = alloc_producer_ids_entry(PID_BLOCK, node=self.id, nonce=nonce)
+                deadline = time.monotonic() + timeout
+                while (blk := self.meta.state.producer_id_blocks.get(self.id)) is None or blk[0] != nonce:
+                    if time.monotonic() > deadline:
+                        return None
+                    self.propose_metadata(entry)
+                    try:
+                        await asyncio.wait_for(self._wait_block(nonce), 1.0)
+                    except TimeoutError:
+                        pass
+                _, first, count = self.meta.state.producer_id_blocks[self.id]
+                self._pids = list(range(first + count - 1, first - 1, -1))
+            return self._pids.pop()
+
+    async def _wait_block(self, nonce: str) -> None:
+        while (blk := self.meta.state.producer_id_blocks.get(self.id)) is None or blk[0] != nonce:
+            await self.meta.wait_change()
+
+
+def _sync_all(stores: Any) -> None:
+    for s in stores:
+        s.sync()
+

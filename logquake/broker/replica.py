@@ -1,0 +1,232 @@
+"""One Raft group on this node, with its state machine and the leader's bookkeeping.
+
+`PartitionReplica` is the shell around one partition's `RaftNode`: it applies committed
+entries to the `PartitionState`, and while this node leads it assigns Kafka offsets at
+append time and tracks the requests waiting for their entry to be persisted (acks=1) or
+committed (acks=all). `MetadataReplica` does the same for the metadata group.
+
+Leader readiness: a new leader serves produce only once it has applied an entry of its own
+term (its no-op). From then on the committed state covers every earlier entry of its log,
+so the next offset and the speculative producer state are the committed ones plus its own
+proposals, which Raft never drops while it stays leader in that term.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from logquake.broker import partition as pmod
+from logquake.broker import producer_state
+from logquake.broker.metadata import MetadataState, PartitionInfo, apply_metadata
+from logquake.broker.raft import LEADER, Entry, RaftNode, Ready
+from logquake.broker.records import BatchHeader, batches_span, rewrite_batches
+
+__all__ = ["AppendOutcome", "MetadataReplica", "PartitionReplica"]
+
+log = logging.getLogger("logquake.broker.replica")
+
+NONE = 0
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AppendOutcome:
+    error_code: int
+    base_offset: int = -1
+
+
+@dataclass(slots=True)
+class _Waiter:
+    index: int
+    term: int
+    acks: int  # 1: resolve when persisted locally; -1: when committed
+    base_offset: int
+    future: asyncio.Future[AppendOutcome]
+
+
+class _GroupBase:
+    def __init__(self, raft: RaftNode, store: Any) -> None:
+        self.raft = raft
+        self.store = store
+        self.seen_role = raft.role
+        self.seen_term = raft.term
+        self.seen_leader = raft.leader_id
+
+    @property
+    def name(self) -> str:
+        return self.raft.group
+
+    def leadership_changed(self) -> bool:
+        r = self.raft
+        changed = (r.role, r.term, r.leader_id) != (self.seen_role, self.seen_term, self.seen_leader)
+        self.seen_role, self.seen_term, self.seen_leader = r.role, r.term, r.leader_id
+        return changed
+
+
+class PartitionReplica(_GroupBase):
+    """A partition's Raft group on this node."""
+
+    def __init__(self, info: PartitionInfo, raft: RaftNode, store: Any) -> None:
+        super().__init__(raft, store)
+        self.info = info
+        self.state = pmod.PartitionState()
+        self.leader_ready = False
+        self.next_offset = 0  # leader: next Kafka offset to assign (includes uncommitted appends)
+        self.spec_producers = producer_state.EMPTY
+        self._waiters: dict[int, _Waiter] = {}
+        self._persist_waiters: list[_Waiter] = []
+        self._hw_waiters: list[asyncio.Future[None]] = []
+
+    # ---- leader side ----------------------------------------------------------------------
+
+    @property
+    def is_ready_leader(self) -> bool:
+        return self.leader_ready and self.raft.role == LEADER
+
+    def check_producer(self, body: bytes, headers: list[BatchHeader], *, dedup: bool
+                       ) -> producer_state.Verdict | None:
+        """The idempotence verdict for an incoming request's batches, None when all may append."""
+        for h in headers:
+            if h.producer_id < 0:
+                continue
+            v = producer_state.check_batch(self.spec_producers, pmod.batch_info(body, h, 0), dedup=dedup)
+            if v.outcome is not producer_state.Outcome.APPEND:
+                return v
+        return None
+
+    def append(self, body: bytes, headers: list[BatchHeader], acks: int) -> AppendOutcome | asyncio.Future:
+        """Assign offsets, propose; resolve now (acks=0) or later through the returned future."""
+        if not self.is_ready_leader:
+            return AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER)
+        base = self.next_offset
+        data = pmod.records_payload(rewrite_batches(body, headers, base, self.raft.term))
+        index = self.raft.propose(data)
+        if index is None:
+            return AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER)
+        self.next_offset = base + batches_span(headers)
+        off = base
+        for h in headers:
+            if h.producer_id >= 0:
+                self.spec_producers = producer_state.apply_batch(
+                    self.spec_producers, pmod.batch_info(body, h, off))
+            off += h.last_offset_delta + 1
+        if acks == 0:
+            return AppendOutcome(error_code=NONE, base_offset=base)
+        fut: asyncio.Future[AppendOutcome] = asyncio.get_running_loop().create_future()
+        w = _Waiter(index, self.raft.term, acks, base, fut)
+        if acks == 1:
+            self._persist_waiters.append(w)
+        else:
+            self._waiters[index] = w
+        return fut
+
+    def on_persisted(self) -> None:
+        """After a Ready was made durable: answer acks=1 requests up to the stable index."""
+        if not self._persist_waiters:
+            return
+        stable, keep = self.raft.stable_index, []
+        for w in self._persist_waiters:
+            if w.index <= stable and self.raft.term_at(w.index) == w.term:
+                _resolve(w.future, AppendOutcome(error_code=NONE, base_offset=w.base_offset))
+            else:
+                keep.append(w)
+        self._persist_waiters = keep
+
+    def on_leadership_change(self) -> None:
+        """Lost (or regained) leadership: pending requests can no longer be answered for sure."""
+        self.leader_ready = False
+        for w in list(self._waiters.values()) + self._persist_waiters:
+            _resolve(w.future, AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER))
+        self._waiters.clear()
+        self._persist_waiters = []
+
+    # ---- every replica ---------------------------------------------------------------------
+
+    def apply_ready(self, rd: Ready) -> None:
+        if rd.rewind_to is not None:
+            self._rebuild(rd.rewind_to)
+        hw_before = self.state.next_offset
+        for e in rd.committed:
+            self._apply(e)
+        if self.state.next_offset != hw_before:
+            self._wake_fetchers()
+
+    def _apply(self, e: Entry) -> None:
+        res = pmod.apply(self.state, index=e.index, term=e.term, data=e.data)
+        w = self._waiters.pop(e.index, None)
+        if w is not None:
+            ok = w.term == e.term
+            _resolve(w.future, AppendOutcome(error_code=NONE if ok else NOT_LEADER_OR_FOLLOWER,
+                                             base_offset=res.base_offset if ok and res.base_offset is not None
+                                             else -1))
+        r = self.raft
+        if not self.leader_ready and r.role == LEADER and e.term == r.term:
+            self.leader_ready = True
+            self.next_offset = self.state.next_offset
+            self.spec_producers = self.state.producers
+            log.info("%s: leader ready in term %d at offset %d", self.name, r.term, self.next_offset)
+
+    def _rebuild(self, upto: int) -> None:
+        """Unclean election lost committed entries: replay the surviving log from scratch."""
+        log.warning("%s: committed entries lost after index %d (unclean election); rebuilding", self.name, upto)
+        self.state = pmod.PartitionState()
+        for i in range(1, upto + 1):
+            e = self.raft.entry(i)
+            if e is not None:
+                pmod.apply(self.state, index=e.index, term=e.term, data=e.data)
+
+    def wait_for_data(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hw_waiters.append(fut)
+        return fut
+
+    def _wake_fetchers(self) -> None:
+        waiters, self._hw_waiters = self._hw_waiters, []
+        for f in waiters:
+            if not f.done():
+                f.set_result(None)
+
+    def read(self, ref: pmod.BatchRef) -> bytes:
+        """The bytes of one committed batch (the Raft log holds every entry in memory)."""
+        e = self.raft.entry(ref.raft_index)
+        if e is None:
+            return b""
+        return e.data[1 + ref.start : 1 + ref.start + ref.length]
+
+
+class MetadataReplica(_GroupBase):
+    """The metadata group on this node."""
+
+    def __init__(self, raft: RaftNode, store: Any, node_ids: tuple[int, ...],
+                 on_topic: Callable[[PartitionInfo], None]) -> None:
+        super().__init__(raft, store)
+        self.state = MetadataState(node_ids=node_ids)
+        self._on_partition = on_topic
+        self._changed: list[asyncio.Future[None]] = []
+
+    def apply_ready(self, rd: Ready) -> None:
+        if rd.rewind_to is not None:
+            log.error("metadata group lost committed entries (unclean election); keeping the applied state")
+        for e in rd.committed:
+            res = apply_metadata(self.state, index=e.index, data=e.data)
+            for gid in res.get("groups", ()):
+                self._on_partition(self.state.groups[gid])
+        if rd.committed:
+            waiters, self._changed = self._changed, []
+            for f in waiters:
+                if not f.done():
+                    f.set_result(None)
+
+    def wait_change(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._changed.append(fut)
+        return fut
+
+
+def _resolve(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)

@@ -298,17 +298,13 @@ def check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
 
 
 def write_report(run_dir: Path) -> Path | None:
-    """report.html through logquake.results.report, when that module exists (another issue)."""
+    """report.html through logquake.results.write_report (the report's owner), if present."""
     try:
-        from logquake.results import report
+        from logquake.results import write_report as _write
     except ImportError:
         return None
-    fn = getattr(report, "write_report", None) or getattr(report, "render_report", None)
-    if fn is None:
-        return None
     try:
-        out = fn(run_dir)
-        return Path(out) if out else run_dir / "report.html"
+        return _write(run_dir)
     except Exception:  # noqa: BLE001 - a broken report never hides the verdict
         log.error("report failed:\n%s", traceback.format_exc())
         return None
@@ -543,6 +539,7 @@ def run_with_display(cfg: TestConfig, console: Any) -> int:
             e.hint = ((e.hint + "; ") if e.hint else "") + f"see {run_dir[0] / store.HARNESS_LOG}"
         raise
     assert outcome is not None
+    console.print()
     console.print(verdict_table(outcome.results))
     if outcome.interrupted:
         console.print("[yellow]interrupted[/]: analysed what was recorded")

@@ -76,6 +76,7 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> d
         "topic.metadata.refresh.interval.ms": 2_000,
         "retry.backoff.ms": 100,
         "reconnect.backoff.max.ms": 1_000,
+        "log.connection.close": False,
     }
     if "retries" in producer:
         conf["retries"] = int(producer["retries"])
@@ -98,6 +99,7 @@ def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any
         "topic.metadata.refresh.interval.ms": 2_000,
         "reconnect.backoff.max.ms": 1_000,
         "fetch.wait.max.ms": 100,
+        "log.connection.close": False,
     }
     if sub_via == "subscribe":
         conf.update({"group.id": "logquake", "enable.auto.commit": True})

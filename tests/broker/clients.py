@@ -1,0 +1,52 @@
+"""Small produce/consume helpers over the real clients, shared by broker tests and benchmarks."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+
+def confluent_produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str | int = "all",
+                      extra: dict | None = None, timeout: float = 60.0) -> tuple[list[int], list[str]]:
+    """Produce values with confluent-kafka; returns (acknowledged offsets, error strings)."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": str(acks), "linger.ms": 5, **(extra or {})})
+    offsets: list[int] = []
+    errors: list[str] = []
+
+    def done(err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            errors.append(str(err))
+        else:
+            offsets.append(msg.offset())
+
+    for v in values:
+        while True:
+            try:
+                p.produce(topic, value=v, on_delivery=done)
+                break
+            except BufferError:
+                p.poll(0.1)
+        p.poll(0)
+    left = p.flush(timeout)
+    if left:
+        errors.append(f"{left} messages still in flight after {timeout}s")
+    return offsets, errors
+
+
+def confluent_consume(bootstrap: str, topic: str, n: int, *, partition: int = 0, timeout: float = 60.0
+                      ) -> list[tuple[int, bytes]]:
+    """Read (offset, value) from the beginning until n messages or the timeout."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, partition, 0)])
+    out: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                if m.error() is None:
+                    out.append((m.offset(), m.value()))
+    finally:
+        c.close()
+    return out

@@ -83,6 +83,7 @@ class Node:
         self._pids: list[int] = []  # unused producer ids of this node's block
         self._pid_lock = asyncio.Lock()
         self._unsynced: set[Any] = set()  # stores written since the last fsync (policy interval)
+        self._last_sync = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self.extra_handlers: dict[int, Any] = {}
         me = cfg.me
@@ -106,8 +107,6 @@ class Node:
                  self.cfg.me.kafka_port, self.cfg.me.host, self.cfg.me.raft_port, self.cfg.effective_fsync)
         self._tasks = [asyncio.create_task(c) for c in (self._ready_loop(), self._tick_loop(),
                                                          self._gossip_loop())]
-        if self.cfg.effective_fsync == "interval":
-            self._tasks.append(asyncio.create_task(self._fsync_loop()))
         self.kick()
         await self._stopped.wait()
         for t in self._tasks:
@@ -183,11 +182,7 @@ class Node:
                 g.store.append(rd.entries, rd.hard_state)
                 written.append(g.store)
         if written:
-            policy = self.cfg.effective_fsync
-            if policy == "always":
-                await asyncio.to_thread(_sync_all, written)
-            elif policy == "interval":
-                self._unsynced.update(written)
+            await self._sync(written)
         self._send([m for _, rd in readies for m in rd.messages])
         for g, rd in readies:
             try:
@@ -223,11 +218,18 @@ class Node:
         for peer, ms in by_peer.items():
             self.transport.send(peer, CH_RAFT, encode_messages(ms))
 
-    async def _fsync_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.fsync_interval_ms / 1000)
-            stores, self._unsynced = self._unsynced, set()
-            if stores:
+    async def _sync(self, written: list[Any]) -> None:
+        """fsync per policy. Only the ready loop writes or syncs logs, so the thread never races
+        an append; the loop keeps serving requests and stepping messages meanwhile."""
+        policy = self.cfg.effective_fsync
+        if policy == "always":
+            await asyncio.to_thread(_sync_all, written)
+        elif policy == "interval":
+            self._unsynced.update(written)
+            now = time.monotonic()
+            if now - self._last_sync >= self.cfg.fsync_interval_ms / 1000:
+                self._last_sync = now
+                stores, self._unsynced = self._unsynced, set()
                 await asyncio.to_thread(_sync_all, stores)
 
     # ---- peers -----------------------------------------------------------------------------

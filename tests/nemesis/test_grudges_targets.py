@@ -1,0 +1,100 @@
+"""Grudges and targets are pure functions of (nodes, rng): their shapes, checked without a network."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from logquake.nemesis import TARGETS, complete_grudge, cut_links, make_grudge, pick_targets
+from logquake.nemesis.grudges import bridge, leaders, majorities_ring, majority, one
+
+NODES = [f"n{i}" for i in range(1, 6)]
+node_lists = st.integers(min_value=3, max_value=11).map(lambda n: [f"n{i}" for i in range(1, n + 1)])
+seeds = st.integers(min_value=0, max_value=2**32)
+
+
+def components(grudge):
+    """Connected groups of nodes under the grudge (nodes that can all talk to each other)."""
+    cut = cut_links(grudge)
+    return {frozenset(b for b in grudge if a == b or frozenset((a, b)) not in cut) for a in grudge}
+
+
+def test_complete_grudge_literal():
+    g = complete_grudge([["n1", "n2"], ["n3"]])
+    assert g == {"n1": {"n3"}, "n2": {"n3"}, "n3": {"n1", "n2"}}
+    assert cut_links(g) == {frozenset(("n1", "n3")), frozenset(("n2", "n3"))}
+
+
+@given(node_lists, seeds)
+def test_one_isolates_exactly_one_node(nodes, seed):
+    g = one(nodes, random.Random(seed))
+    comps = sorted(map(len, components(g)))
+    assert comps == [1, len(nodes) - 1]
+
+
+@given(node_lists, seeds)
+def test_majority_bisects(nodes, seed):
+    g = majority(nodes, random.Random(seed))
+    sizes = sorted(map(len, components(g)))
+    assert sizes == [len(nodes) // 2, len(nodes) - len(nodes) // 2]
+
+
+@given(node_lists, seeds)
+def test_majorities_ring_each_node_sees_a_distinct_majority(nodes, seed):
+    g = majorities_ring(nodes, random.Random(seed))
+    n = len(nodes)
+    seen = {a: frozenset(nodes) - g[a] for a in nodes}
+    assert all(len(s) > n // 2 and a in s for a, s in seen.items())
+    if n > 3:
+        assert len(set(seen.values())) == n, "no two nodes may see the same majority"
+        assert all(len(s) < n for s in seen.values())
+    # symmetric wherever a symmetric answer exists
+    assert all((b in g[a]) == (a in g[b]) for a in nodes for b in nodes)
+
+
+@given(node_lists, seeds)
+def test_bridge_has_one_hub_talking_to_both_halves(nodes, seed):
+    g = bridge(nodes, random.Random(seed))
+    hubs = [a for a in nodes if not g[a]]
+    assert len(hubs) == 1
+    others = [a for a in nodes if a not in hubs]
+    halves = {frozenset(b for b in others if b not in g[a]) for a in others}
+    assert len(halves) == 2 and sum(map(len, halves)) == len(others)
+    assert abs(len(min(halves, key=len)) - len(max(halves, key=len))) <= 1
+
+
+def test_leaders_isolates_each_leader_and_falls_back_to_one():
+    g = leaders(NODES, random.Random(0), current={"n2", "n4"})
+    assert components(g) == {frozenset({"n2"}), frozenset({"n4"}), frozenset({"n1", "n3", "n5"})}
+    g = leaders(NODES, random.Random(0), current=())
+    assert sorted(map(len, components(g))) == [1, 4]
+
+
+def test_same_seed_same_grudge_different_seed_may_differ():
+    a = [make_grudge("majority", NODES, random.Random(7)) for _ in range(2)]
+    assert a[0] == a[1]
+    assert len({tuple(sorted(make_grudge("one", NODES, random.Random(s)).items())) for s in range(20)}) > 1
+
+
+@given(node_lists, seeds)
+def test_targets_sizes(nodes, seed):
+    rng = random.Random(seed)
+    n = len(nodes)
+    assert len(pick_targets("one", nodes, rng)) == 1
+    m = pick_targets("minority", nodes, rng)
+    assert 1 <= len(m) and (len(m) < n / 2 or n < 3)
+    assert len(pick_targets("majority", nodes, rng)) == n // 2 + 1
+    assert pick_targets("all", nodes, rng) == nodes
+    for kind in TARGETS:
+        t = pick_targets(kind, nodes, rng, current_leaders={nodes[-1]})
+        assert set(t) <= set(nodes) and len(set(t)) == len(t) and t == [x for x in nodes if x in t]
+
+
+def test_leader_targets_and_unknown_kind():
+    assert pick_targets("leaders", NODES, random.Random(1), current_leaders={"n3", "n9"}) == ["n3"]
+    assert len(pick_targets("leaders", NODES, random.Random(1))) == 1
+    with pytest.raises(ValueError, match="unknown target kind"):
+        pick_targets("some", NODES, random.Random(1))

@@ -146,15 +146,13 @@ class _Furthest:
 
     node: int = -1
     depth: int = -1
-    prefix: tuple[int, ...] = ()
+    stack: list[tuple[int, Any, bool]] = field(default_factory=list)  # as in _search
     states: list[Any] = field(default_factory=list)
 
-    def record(
-        self, node: int, stack: list[tuple[int, Any]], opof: list[int], state: Any, model: Model
-    ) -> None:
+    def record(self, node: int, stack: list[tuple[int, Any, bool]], state: Any, model: Model) -> None:
         if node > self.node or (node == self.node and len(stack) > self.depth):
             self.node, self.depth = node, len(stack)
-            self.prefix = tuple(opof[n] for n, _ in stack)
+            self.stack = stack.copy()  # C speed; the ops are looked up only to explain
             self.states = [state]
         elif node == self.node and len(self.states) < MAX_STATES:
             if not any(model.equal(state, s) for s in self.states):
@@ -196,7 +194,8 @@ def _search(
     remaining = sum(1 for op in ops if op.ret is not None)
     state = model.init()
     bits = 0
-    stack: list[tuple[int, Any]] = []  # (call node, state before it)
+    read_only = [model.read_only(op) for op in ops]
+    stack: list[tuple[int, Any, bool]] = []  # (call node, state before it, forced)
     entry = nxt[0]
     steps = 0
     while remaining:
@@ -206,25 +205,14 @@ def _search(
                 raise _Stop(f"time budget exhausted after {steps} steps")
             if len(cache) > max_cache:
                 raise _Stop(f"cache bound of {max_cache} configurations reached")
-        if kind[entry]:  # the return of an op not yet placed: back up
-            furthest.record(entry, stack, opof, state, model)
-            if not stack:
-                return False, furthest, len(cache)
-            entry, state = stack.pop()
+        if kind[entry]:  # the return of an op not yet placed: a dead end
+            furthest.record(entry, stack, state, model)
+        else:
             i = opof[entry]
-            bits ^= 1 << i
-            r = ret_node[i]
-            if r:
-                remaining += 1
-                nxt[prv[r]] = r
-                prv[nxt[r]] = r
-            nxt[prv[entry]] = entry
-            prv[nxt[entry]] = entry
-            entry = nxt[entry]
-            continue
-        i = opof[entry]
-        allowed, new = step(state, ops[i])
-        if allowed:
+            allowed, new = step(state, ops[i])
+            if not allowed:
+                entry = nxt[entry]
+                continue
             nbits = bits | (1 << i)
             key = (nbits, hash_(new))
             fresh = key not in cache
@@ -236,7 +224,7 @@ def _search(
                 collisions[key].append(new)
                 fresh = True
             if fresh:
-                stack.append((entry, state))
+                stack.append((entry, state, read_only[i]))
                 state, bits = new, nbits
                 nxt[prv[entry]] = nxt[entry]
                 prv[nxt[entry]] = prv[entry]
@@ -247,6 +235,29 @@ def _search(
                     prv[nxt[r]] = prv[r]
                 entry = nxt[0]
                 continue
+            if not read_only[i]:
+                entry = nxt[entry]
+                continue
+            # A read-only op allowed here dominates every alternative, and that branch
+            # was explored already: this configuration is a dead end too.
+        # Back up past the last free choice. A read-only op that was allowed when placed is
+        # never retried later: placing it first loses nothing (it changes no state, and every
+        # op that had to precede it is placed already), so its alternatives are dead ends.
+        while True:
+            if not stack:
+                return False, furthest, len(cache)
+            entry, state, forced = stack.pop()
+            i = opof[entry]
+            bits ^= 1 << i
+            r = ret_node[i]
+            if r:
+                remaining += 1
+                nxt[prv[r]] = r
+                prv[nxt[r]] = r
+            nxt[prv[entry]] = entry
+            prv[nxt[entry]] = entry
+            if not forced:
+                break
         entry = nxt[entry]
     return True, None, len(cache)
 
@@ -279,7 +290,8 @@ def _explain(ops: Sequence[Operation], model: Model, f: _Furthest, key: Any) -> 
     events = _events(ops)
     _, _, stuck_i = events[f.node - 1]
     stuck = ops[stuck_i]
-    placed = set(f.prefix)
+    prefix = [events[e[0] - 1][2] for e in f.stack]
+    placed = set(prefix)
     pending = [
         op for i, op in enumerate(ops) if i not in placed and op.call <= (stuck.ret or 0) and i != stuck_i
     ]
@@ -293,15 +305,15 @@ def _explain(ops: Sequence[Operation], model: Model, f: _Furthest, key: Any) -> 
     words = (
         f"No order of the ops{where} explains op {stuck.invoke_index}"
         f" (process {stuck.process}: {model.describe(stuck)}, completed at index {stuck.complete_index})."
-        f" The longest linearizable prefix before it places {len(f.prefix)} ops; the orders tried leave"
+        f" The longest linearizable prefix before it places {len(prefix)} ops; the orders tried leave"
         f" the {model.name} in state {', '.join(states)} there, and none of these allows"
         f" {model.describe(stuck)}{others}."
     )
-    shown = f.prefix[-MAX_PREFIX_SHOWN:]
+    shown = prefix[-MAX_PREFIX_SHOWN:]
     return {
         "key": _json_key(key),
         "op": _op_json(stuck, model),
-        "prefix_length": len(f.prefix),
+        "prefix_length": len(prefix),
         "prefix_tail": [_op_json(ops[i], model) for i in shown],
         "states": states,
         "pending": [_op_json(op, model) for op in pending[:MAX_PREFIX_SHOWN]],

@@ -12,6 +12,9 @@ registering them in `MODELS`; the search in linear.py knows nothing about regist
     partition(ops)       independent groups of ops, checked separately (P-compositionality);
                          the default groups by `Operation.key`
     describe(op)         an op in plain words; `describe_state(state)` likewise
+    read_only(op)        True for ops that never change the state (reads); optional, it lets
+                         the search place such an op as soon as it is allowed and never
+                         reconsider it, which prunes most of the search on read-heavy histories
     keep(op)             False for ops that cannot change the state or constrain it (an
                          indeterminate read), which the checker drops before searching
 
@@ -70,6 +73,14 @@ def _always(_op: Operation) -> bool:
     return True
 
 
+def _never(_op: Operation) -> bool:
+    return False
+
+
+def _is_read(op: Operation) -> bool:
+    return op.f == "read"
+
+
 def identity(state: Any) -> Hashable:
     return state
 
@@ -88,6 +99,7 @@ class Model:
     hash: Callable[[Any], Hashable] = identity
     partition: Callable[[Sequence[Operation]], list[list[Operation]]] = by_key
     keep: Callable[[Operation], bool] = _always
+    read_only: Callable[[Operation], bool] = _never
 
 
 # --- registers -------------------------------------------------------------------------------
@@ -140,6 +152,7 @@ register = Model(
     describe=_describe_register_op,
     describe_state=_describe_register_state,
     keep=_keep_register_op,
+    read_only=_is_read,
 )
 
 cas_register = Model(
@@ -150,6 +163,7 @@ cas_register = Model(
     describe=_describe_register_op,
     describe_state=_describe_register_state,
     keep=_keep_register_op,
+    read_only=_is_read,
 )
 
 MODELS: dict[str, Model] = {m.name: m for m in (register, cas_register)}

@@ -10,23 +10,23 @@ streams past. Downsampling happens later, in plots.py.
 The unseen and lag series are recomputed from the history rather than read from
 results.json, because the checker reports only their end values:
 - unseen(t): values acknowledged by an ok send and not yet read by any ok poll;
-- lag of a poll, per key it returned: its invocation time minus the acknowledgement time
-  of the oldest value it could have read (acknowledged before the poll began, at a higher
-  offset than the poll reached) but did not. Keys a poll did not return are not counted,
-  since the history does not say which keys a consumer was assigned at that moment.
+- realtime lag of an ok poll (Jepsen's measure, as the checker computes its worst): for each
+  key its process tracks (polled since its last assign/subscribe), the poll's invocation
+  time minus the moment the offset after the process's position stopped being the log's
+  tail (the completion of the first non-failed op that sent or polled beyond it). The
+  stream is in completion order, so every such moment earlier than the poll is already
+  known when the poll arrives: the streaming value is exact, and its maximum is the
+  checker's worst lag.
 """
 
 from __future__ import annotations
 
-import bisect
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from logquake.history import INVOKE, NEMESIS, OK, Op
-
-LAG_LOOKAHEAD = 16  # acks arrive almost in offset order; look this far past the poll's position
 
 
 @dataclass(kw_only=True)
@@ -133,7 +133,8 @@ class _Digester:
         self.acked: set[tuple[Any, Any]] = set()
         self.seen: set[tuple[Any, Any]] = set()
         self.unseen = 0
-        self.acks: dict[Any, tuple[list[int], list[int]]] = {}  # key -> (offsets sorted, ack times)
+        self.expired: dict[Any, list[int]] = {}  # key -> [time offset i-1 stopped being the tail]
+        self.tracked: dict[Any, dict[Any, int]] = {}  # process -> key -> highest offset it polled
 
     def feed(self, op: Op) -> None:
         d = self.d
@@ -165,8 +166,7 @@ class _Digester:
         lo, hi = self.window
         if lo <= inv.index < hi:
             d.timeline.append(_timeline_op(inv, op))
-        if op.type != "fail" or d.keys:
-            self._micro_ops(inv, op)
+        self._micro_ops(inv, op)
 
     def _nemesis(self, op: Op) -> None:
         self.d.nemesis_ops.append(op)
@@ -181,18 +181,34 @@ class _Digester:
 
     def _micro_ops(self, inv: Op, op: Op) -> None:
         value = op.value
+        if op.type == OK and op.f in ("assign", "subscribe"):
+            keep = self.tracked.pop(op.process, {})
+            if op.f == "assign" and isinstance(inv.value, list):
+                self.tracked[op.process] = {_key(k): keep.get(_key(k), -1) for k in inv.value}
+            return
         if not isinstance(value, list):
             return
+        tops: dict[Any, int] = {}  # key -> highest offset this op sent or read
         for mop in value:
             if not isinstance(mop, list) or not mop:
                 continue
             if mop[0] == "send" and len(mop) == 3:
-                self._send(op, _key(mop[1]), mop[2])
-            elif mop[0] == "poll" and len(mop) == 2 and op.type == OK and isinstance(mop[1], dict):
+                self._send(op, _key(mop[1]), mop[2], tops)
+            elif mop[0] == "poll" and len(mop) == 2 and isinstance(mop[1], dict):
                 for k, pairs in mop[1].items():
-                    self._poll(inv, op, _key(k), pairs)
+                    self._poll(op, _key(k), pairs, tops)
+        if op.type == "fail":
+            return
+        for k, o in tops.items():
+            lst = self.expired.get(k)
+            if lst is None:
+                lst = self.expired[k] = []
+            while len(lst) <= o:
+                lst.append(op.time)
+        if op.type == OK and op.f != "send":
+            self._lag(inv, op, tops)
 
-    def _send(self, op: Op, k: Any, result: Any) -> None:
+    def _send(self, op: Op, k: Any, result: Any, tops: dict[Any, int]) -> None:
         if isinstance(result, list) and len(result) == 2:
             offset, v = result
         else:
@@ -200,6 +216,8 @@ class _Digester:
         trace = self.d.keys.get(k)
         if trace is not None:
             trace.writes.setdefault(v, []).append(Write(op=op.index, type=op.type, offset=offset))
+        if isinstance(offset, int) and offset > tops.get(k, -1):
+            tops[k] = offset
         if op.type != OK:
             return
         kv = (k, v)
@@ -207,21 +225,12 @@ class _Digester:
             self.unseen += 1
             self._unseen_point(op.time)
         self.acked.add(kv)
-        if isinstance(offset, int):
-            offsets, times = self.acks.setdefault(k, ([], []))
-            if not offsets or offset > offsets[-1]:
-                offsets.append(offset)
-                times.append(op.time)
-            else:
-                i = bisect.bisect_left(offsets, offset)
-                offsets.insert(i, offset)
-                times.insert(i, op.time)
 
-    def _poll(self, inv: Op, op: Op, k: Any, pairs: Any) -> None:
-        if not isinstance(pairs, list):
+    def _poll(self, op: Op, k: Any, pairs: Any, tops: dict[Any, int]) -> None:
+        if not isinstance(pairs, list) or op.type != OK:
             return
         trace = self.d.keys.get(k)
-        top = -1
+        top = tops.get(k, -1)
         for pair in pairs:
             if not isinstance(pair, list) or len(pair) != 2:
                 continue
@@ -237,19 +246,25 @@ class _Digester:
             if trace is not None:
                 trace.reads.setdefault(offset, {}).setdefault(v, []).append(op.index)
         if top >= 0:
-            self._lag(inv, op, k, top)
+            tops[k] = top
 
-    def _lag(self, inv: Op, op: Op, k: Any, top: int) -> None:
-        acks = self.acks.get(k)
-        lag = 0
-        if acks is not None:
-            offsets, times = acks
-            i = bisect.bisect_right(offsets, top)
-            oldest = min((t for t in times[i:i + LAG_LOOKAHEAD] if t < inv.time), default=None)
-            if oldest is not None:
-                lag = inv.time - oldest
-        self.d.lag_t.append(op.time)
-        self.d.lag_ns.append(lag)
+    def _lag(self, inv: Op, op: Op, tops: dict[Any, int]) -> None:
+        tracked = self.tracked.get(op.process)
+        if tracked is None:
+            tracked = self.tracked[op.process] = {}
+        for k, o in tops.items():
+            if o > tracked.get(k, -1):
+                tracked[k] = o
+        worst = 0
+        expired = self.expired
+        for k, o in tracked.items():
+            lst = expired.get(k)
+            if lst is not None and o + 1 < len(lst):
+                lag = inv.time - lst[o + 1]
+                if lag > worst:
+                    worst = lag
+        self.d.lag_t.append(inv.time)
+        self.d.lag_ns.append(worst)
 
     def _unseen_point(self, t: int) -> None:
         self.d.unseen_t.append(t)

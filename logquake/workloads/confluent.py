@@ -132,6 +132,7 @@ class ConfluentClient:
         self._consumer: Consumer | None = None
         self._txn_ready = False
         self.assigned: list[int] = []
+        self.subscribed = False  # assign() on a subscribed consumer must unsubscribe first
         self.position: dict[int, int] = {}  # next offset to read, per key
 
     # -- lifecycle --------------------------------------------------------------------
@@ -201,6 +202,9 @@ class ConfluentClient:
 
     def _apply_assignment(self) -> None:
         assert self._consumer is not None
+        if self.subscribed:
+            self._consumer.unsubscribe()
+            self.subscribed = False
         tps = []
         for k in self.assigned:
             t, p = self.keymap.topic_partition(k)
@@ -216,6 +220,7 @@ class ConfluentClient:
             # Subscribing only changes this consumer's interest; nothing in the log changed.
             return complete(op, FAIL, op.value, error=_err_text(e))
         self.assigned = list(op.value)
+        self.subscribed = True
         return complete(op, OK, op.value)
 
     def _plain(self, op: Op) -> Op:

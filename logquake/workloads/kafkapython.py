@@ -110,6 +110,7 @@ class KafkaPythonClient:
         self._consumer: KafkaConsumer | None = None
         self._txn_ready = False
         self.assigned: list[int] = []
+        self.subscribed = False  # assign() on a subscribed consumer must unsubscribe first
         self.position: dict[int, int] = {}
 
     def open(self, bootstrap_servers: str) -> None:
@@ -172,6 +173,9 @@ class KafkaPythonClient:
 
     def _apply_assignment(self) -> None:
         assert self._consumer is not None
+        if self.subscribed:
+            self._consumer.unsubscribe()
+            self.subscribed = False
         tps = [self._tp(k) for k in self.assigned]
         self._consumer.assign(tps)
         fresh = []
@@ -192,6 +196,7 @@ class KafkaPythonClient:
             # Subscribing only changes this consumer's interest; nothing in the log changed.
             return complete(op, FAIL, op.value, error=_err_text(e))
         self.assigned = list(op.value)
+        self.subscribed = True
         return complete(op, OK, op.value)
 
     def _plain(self, op: Op) -> Op:

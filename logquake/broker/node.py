@@ -276,11 +276,10 @@ class Node:
             r = rep.raft
             if r.role == LEADER:
                 return (self.id, r.term) if rep.leader_ready else (-1, r.term)
-            if r.leader_id is not None:
-                known = self.leaders.get(gid)
-                if known and known[0] > r.term:
-                    return known[1], known[0]
-                return r.leader_id, r.term
+            known = self.leaders.get(gid)
+            if known and known[0] > r.term and known[1] != self.id:
+                return known[1], known[0]  # gossip is ahead of our own Raft view
+            return (r.leader_id, r.term) if r.leader_id is not None else (-1, r.term)
         known = self.leaders.get(gid)
         return (known[1], known[0]) if known else (-1, -1)
 

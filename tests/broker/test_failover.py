@@ -1,0 +1,116 @@
+"""Faults on a real 3-node cluster: leader SIGKILL + restart, rejoin and catch-up, minority leader."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from logquake.broker import LocalCluster
+from tests.broker.clients import confluent_consume, confluent_produce
+
+FAST = {"tick_ms": 50}
+
+
+def _wait(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_10k_acks_all_survive_leader_kill_and_restart(tmp_path) -> None:
+    n = 10_000
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides=FAST) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("fo")
+        acked: list[int] = []
+        errors: list[str] = []
+        p = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all", "linger.ms": 2,
+                      "message.timeout.ms": 180_000})
+
+        def produce() -> None:
+            def done(err, msg) -> None:  # type: ignore[no-untyped-def]
+                if err is None:
+                    acked.append(int(msg.value()))
+                else:
+                    errors.append(str(err))
+            for i in range(n):
+                p.produce("fo", value=str(i).encode(), on_delivery=done)
+                p.poll(0)
+                if i % 100 == 99:
+                    time.sleep(0.01)  # spread the sends over the fault
+            p.flush(180)
+
+        t = threading.Thread(target=produce)
+        t.start()
+        _wait(lambda: len(acked) >= 2000, 120, "2000 acks before the fault")
+        old = c.leader("fo")
+        c.kill(old)
+        c.wait_leaders("fo", exclude={old}, timeout=60)
+        c.start(old)
+        t.join(240)
+        assert not t.is_alive()
+        assert errors == []
+        assert sorted(set(acked)) == list(range(n))
+        c.wait_ready(timeout=60)
+        got = confluent_consume(c.bootstrap_servers, "fo", n, timeout=120)
+        # Keep reading past n in case retries duplicated some values (allowed without idempotence).
+        offsets = [o for o, _ in got]
+        assert offsets == list(range(len(got))), "offset order, no gaps"
+        missing = set(range(n)) - {int(v) for _, v in got}
+        if missing:
+            got = confluent_consume(c.bootstrap_servers, "fo", n + len(missing) + 1000, timeout=30)
+            missing = set(range(n)) - {int(v) for _, v in got}
+        assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:10]}"
+
+
+def test_restarted_node_rejoins_and_catches_up(tmp_path) -> None:
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides=FAST) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("cu")
+        leader = c.leader("cu")
+        lagger, other = [x for x in (1, 2, 3) if x != leader]
+        c.kill(lagger)
+        first = [f"a{i}".encode() for i in range(300)]
+        _, errors = confluent_produce(c.bootstrap_servers, "cu", first)
+        assert not errors
+        c.start(lagger)
+        c.wait_ready(timeout=60, nodes=[lagger])
+        # Without `other`, acks=all needs `lagger`'s ack: it must hold every earlier entry
+        # (Raft's log matching), i.e. it has caught up from its data directory and the leader.
+        c.kill(other)
+        second = [f"b{i}".encode() for i in range(100)]
+        _, errors = confluent_produce(c.bootstrap_servers, "cu", second, extra={"message.timeout.ms": 60_000})
+        assert not errors
+        got = confluent_consume(c.bootstrap_servers, "cu", 400)
+        assert [v for _, v in got] == first + second
+
+
+def test_minority_partitioned_leader_stops_accepting_acks_all(tmp_path) -> None:
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides=FAST) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("mi")
+        _, errors = confluent_produce(c.bootstrap_servers, "mi", [b"before"])
+        assert not errors
+        leader = c.leader("mi")
+        others = [x for x in (1, 2, 3) if x != leader]
+        for x in others:
+            c.pause(x)  # the leader is now cut off from the majority
+        try:
+            host, port = c.address(leader)
+            offsets, errors = confluent_produce(f"{host}:{port}", "mi", [b"during"],
+                                                extra={"message.timeout.ms": 4000}, timeout=20)
+            assert offsets == [] and errors, "a minority leader must not acknowledge acks=all"
+            # Check-quorum: the isolated leader steps down and says so in Metadata.
+            _wait(lambda: c.leader("mi", via=leader) != leader, 30, "the isolated leader to step down")
+        finally:
+            for x in others:
+                c.resume(x)
+        c.wait_leaders("mi", timeout=60)
+        offsets, errors = confluent_produce(c.bootstrap_servers, "mi", [b"after"], extra={"message.timeout.ms": 60_000})
+        assert not errors and offsets

@@ -271,7 +271,10 @@ class ConfluentClient:
         if not self.assigned:
             return None
         try:
-            msgs = self._consumer.consume(num_messages=500, timeout=self.poll_timeout)
+            # poll() returns at the first record (consume() would wait out its timeout
+            # unless the batch fills); then take whatever else is already fetched.
+            first = self._consumer.poll(self.poll_timeout)
+            msgs = [] if first is None else [first, *self._consumer.consume(num_messages=499, timeout=0)]
         except (KafkaException, RuntimeError) as e:
             return e
         for msg in msgs:

@@ -44,6 +44,7 @@ __all__ = [
     "check_linearizable",
     "check_operations",
     "operations_from_history",
+    "summary_lines",
 ]
 
 DEFAULT_TIME_BUDGET = 60.0  # seconds per key
@@ -414,3 +415,22 @@ def check_linearizable(
     if not results:
         out["linear"]["reason"] = f"no {'/'.join(sorted(model.fs))} ops to check"
     return out
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """A linearizability result in a few plain lines, for a terminal."""
+    lin = result["linear"]
+    verdict = {True: "linearizable", False: "NOT linearizable"}.get(result["valid"], "unknown")
+    lines = [
+        f"{lin['model']}: {lin['ops']} ops over {lin['keys']} key(s) -> {verdict} ({lin['elapsed_s']:.3f} s)"
+    ]
+    for err in result["anomalies"].get(ANOMALY, {}).get("errs", []):
+        lines.append(err["explanation"])
+        for op in err["prefix_tail"]:
+            lines.append(f"  ... process {op['process']}: {op['description']} (index {op['invoke_index']})")
+        lines.append(f"  !!! process {err['op']['process']}: {err['op']['description']} cannot be placed")
+    for u in lin["unknown_keys"]:
+        lines.append(f"unknown for key {u['key']!r}: {u['reason']}")
+    if lin.get("reason"):
+        lines.append(f"unknown: {lin['reason']}")
+    return lines

@@ -73,7 +73,12 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
         out.stats["largest_component"] = max((len(c) for c in comps), default=0)
         for comp in comps:
             g = component_graph(ix, opts, comp)
+            present = 0
+            for _, _, rels in g.edges(data="rels"):
+                present |= rels
             for name, allowed, required in SPECS:
+                if present & required != required:
+                    continue
                 path = shortest_cycle(g, allowed, required, deadline)
                 if path is not None:
                     out.cases[name].append(explain(g, path))
@@ -112,7 +117,7 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
                 continue
             # With ww edges, the writer of the last value read reaches all earlier ones'
             # writers' successors along the ww chain, so one edge per key keeps reachability.
-            for _, v in (pairs[-1:] if opts.ww_deps else pairs):
+            for _, v in pairs[-1:] if opts.ww_deps else pairs:
                 w = writers.get(v)
                 if w is not None and w is not t and w.type != "fail":
                     adj[w.id].append(t.id)
@@ -345,8 +350,10 @@ def explain(g: nx.DiGraph, path: list) -> dict[str, Any]:
     steps = []
     lines = ["Let:"]
     for t in txns:
-        lines.append(f"  {names[t.id]} = op {t.op.index} ({t.type} {t.op.f} by process {t.process}, "
-                     f"invoked at op {t.inv_index})")
+        lines.append(
+            f"  {names[t.id]} = op {t.op.index} ({t.type} {t.op.f} by process {t.process}, "
+            f"invoked at op {t.inv_index})"
+        )
     lines.append("Then:")
     for i, (node, rel) in enumerate(path):
         nxt = ids[(i + 1) % len(ids)]
@@ -362,8 +369,10 @@ def explain(g: nx.DiGraph, path: list) -> dict[str, Any]:
 
 def _step_words(na: str, nb: str, a: Txn, b: Txn, rel: int, why: dict) -> str:
     if rel == WW:
-        return (f"{na} sent {why['value']!r} to key {why['key']!r} just before {nb} sent "
-                f"{why['value2']!r} to it in the log")
+        return (
+            f"{na} sent {why['value']!r} to key {why['key']!r} just before {nb} sent "
+            f"{why['value2']!r} to it in the log"
+        )
     if rel == WR:
         return f"{nb} polled {why['value']!r} from key {why['key']!r}, which {na} sent"
     if rel == PROCESS:

@@ -142,9 +142,13 @@ class _Sim:
         kinds = {m[0] for m in mops}
         f = kinds.pop() if len(kinds) == 1 else "txn"
         r = rng.random()
-        outcome = ("fail" if r < cfg.p_fail else
-                   ("info-commit" if rng.random() < 0.5 else "info-abort") if r < cfg.p_fail + cfg.p_info
-                   else "ok")
+        outcome = (
+            "fail"
+            if r < cfg.p_fail
+            else ("info-commit" if rng.random() < 0.5 else "info-abort")
+            if r < cfg.p_fail + cfg.p_info
+            else "ok"
+        )
         token = len(self.ops)
         self.outcomes[token] = outcome
         fl = _Flight(f=f, mops=mops, results=[], outcome=outcome, token=token)
@@ -235,8 +239,17 @@ class _Sim:
         self._judge_reads(fl)
         typ = {"ok": "ok", "fail": "fail"}.get(fl.outcome, "info")
         extra = {"error": "simulated timeout"} if typ == "info" else {}
-        self.ops.append(Op(index=len(self.ops), time=len(self.ops) * 1000, process=w.process, type=typ,
-                           f=fl.f, value=fl.results, extra=extra))
+        self.ops.append(
+            Op(
+                index=len(self.ops),
+                time=len(self.ops) * 1000,
+                process=w.process,
+                type=typ,
+                f=fl.f,
+                value=fl.results,
+                extra=extra,
+            )
+        )
         if typ != "ok":
             for k, o in fl.first_polled.items():
                 if k in w.positions:
@@ -312,10 +325,10 @@ class _Sim:
             self.logs[k].append([v, COMMITTED, -1])
         self._record(process=p, type="ok", f="send", value=results)
         d = _Worker(process=p + 1, positions={k: 0 for k in keys})
-        self._record(process=d.process, type="invoke", f="assign", value=keys,
-                     extra={"seek_to_beginning": True})
-        self._record(process=d.process, type="ok", f="assign", value=keys,
-                     extra={"seek_to_beginning": True})
+        self._record(
+            process=d.process, type="invoke", f="assign", value=keys, extra={"seek_to_beginning": True}
+        )
+        self._record(process=d.process, type="ok", f="assign", value=keys, extra={"seek_to_beginning": True})
         while any(d.positions[k] < len(self.logs[k]) for k in keys):
             fl = _Flight(f="poll", mops=[["poll"]], results=[], outcome="ok", token=-2)
             self._record(process=d.process, type="invoke", f="poll", value=[["poll"]])

@@ -9,8 +9,10 @@ than hiding the others. Pure: no I/O, no clock but the cycle search's time budge
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
 from logquake.checker.cycles import cycle_cases
@@ -22,11 +24,25 @@ from logquake.history import FAIL, INFO, OK, Op
 SKIPPED_CAP = 16  # skipped values listed in one skip example
 UNSEEN_VALUES_CAP = 32
 UNSEEN_POINTS = 200
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 def check_history(ops: Iterable[Op], opts: CheckOptions | None = None) -> dict[str, Any]:
     """Analyse a queue history; the results.json object of DESIGN.md §8."""
     opts = opts or CheckOptions()
+    # The analyses allocate millions of small containers while the history keeps millions
+    # more alive; the cyclic GC would rescan them all again and again (it tripled the time).
+    # Nothing here makes reference cycles, so it is paused for the duration.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(ops, opts)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
     errors: dict[str, str] = {}
     ops = ops if isinstance(ops, list) else list(ops)
     ix = run_safely("index", lambda: build_index(ops), errors)
@@ -66,8 +82,9 @@ def _assemble(found, counts, opts, errors, *, timed_out, nothing, ix) -> dict[st
         t: anomaly_entry(found[t], count=counts.get(t), cap=opts.max_examples)
         for t in sorted(found, key=lambda t: order.get(t, len(order)))
     }
-    out = verdict(anomalies, allowed_types(opts), analysis_errors=errors, timed_out=timed_out,
-                  nothing_checked=nothing)
+    out = verdict(
+        anomalies, allowed_types(opts), analysis_errors=errors, timed_out=timed_out, nothing_checked=nothing
+    )
     out["anomalies"] = anomalies
     if errors:
         out["analysis_errors"] = errors
@@ -77,10 +94,18 @@ def _assemble(found, counts, opts, errors, *, timed_out, nothing, ix) -> dict[st
         out["unknown_because"] = "the history holds no send, poll or txn ops to check"
     elif errors:
         out["unknown_because"] = "an analysis failed: " + ", ".join(sorted(errors))
-    out["options"] = {"sub_via": opts.sub_via, "txn": opts.txn, "ww_deps": opts.ww_deps,
-                      "ignore": list(opts.ignore), "guarantee": opts.guarantee}
-    out["stats"] = {"client_ops": ix.client_ops if ix else 0, "txns": len(ix.txns) if ix else 0,
-                    "keys": len(ix.orders) if ix else 0}
+    out["options"] = {
+        "sub_via": opts.sub_via,
+        "txn": opts.txn,
+        "ww_deps": opts.ww_deps,
+        "ignore": list(opts.ignore),
+        "guarantee": opts.guarantee,
+    }
+    out["stats"] = {
+        "client_ops": ix.client_ops if ix else 0,
+        "txns": len(ix.txns) if ix else 0,
+        "keys": len(ix.orders) if ix else 0,
+    }
     return out
 
 
@@ -92,8 +117,15 @@ def inconsistent_offset_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, l
     errs = []
     for k, ko in ix.orders.items():
         for o, vs in sorted(ko.conflicts.items()):
-            errs.append({"key": k, "offset": o, "index": ko.index_of_offset[o], "values": list(vs),
-                         "explanation": f"offset {o} of key {k} was seen holding each of {list(vs)}"})
+            errs.append(
+                {
+                    "key": k,
+                    "offset": o,
+                    "index": ko.index_of_offset[o],
+                    "values": list(vs),
+                    "explanation": f"offset {o} of key {k} was seen holding each of {list(vs)}",
+                }
+            )
     return {"inconsistent-offsets": errs}
 
 
@@ -102,8 +134,15 @@ def duplicate_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     errs = []
     for k, ko in ix.orders.items():
         for v, offs in ko.dups.items():
-            errs.append({"key": k, "value": v, "count": len(offs), "offsets": offs,
-                         "explanation": f"value {v} of key {k} appears at {len(offs)} offsets: {offs}"})
+            errs.append(
+                {
+                    "key": k,
+                    "value": v,
+                    "count": len(offs),
+                    "offsets": offs,
+                    "explanation": f"value {v} of key {k} appears at {len(offs)} offsets: {offs}",
+                }
+            )
     errs.sort(key=lambda e: -e["count"])
     return {"duplicate": errs}
 
@@ -132,12 +171,19 @@ def lost_write_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
                 if w is None or not w.committed:
                     continue
                 vmax = ko.values[bound]
-                e = {"key": k, "value": v, "index": first[v], "offset": ko.offsets[first[v]],
-                     "max_read_index": bound, "max_read_value": vmax, "writer": op_ref(w.op),
-                     "max_read": None,
-                     "explanation": f"{_name(w)} sent {v} to key {k} (index {first[v]}), and ok "
-                                    f"ops read key {k} up to index {bound} (value {vmax}), yet "
-                                    f"no ok op ever read {v}"}
+                e = {
+                    "key": k,
+                    "value": v,
+                    "index": first[v],
+                    "offset": ko.offsets[first[v]],
+                    "max_read_index": bound,
+                    "max_read_value": vmax,
+                    "writer": op_ref(w.op),
+                    "max_read": None,
+                    "explanation": f"{_name(w)} sent {v} to key {k} (index {first[v]}), and ok "
+                    f"ops read key {k} up to index {bound} (value {vmax}), yet "
+                    f"no ok op ever read {v}",
+                }
                 errs.append(e)
                 wanted.setdefault((k, vmax), e)
     if wanted:
@@ -180,9 +226,16 @@ def g1a_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
             for _, v in pairs:
                 if v in fk:
                     w = ix.writer(k, v)
-                    errs.append({"key": k, "value": v, "writer": op_ref(w.op), "reader": op_ref(t.op),
-                                 "explanation": f"{_name(t)} read {v} from key {k}, but {_name(w)} "
-                                                f"that sent it failed"})
+                    errs.append(
+                        {
+                            "key": k,
+                            "value": v,
+                            "writer": op_ref(w.op),
+                            "reader": op_ref(t.op),
+                            "explanation": f"{_name(t)} read {v} from key {k}, but {_name(w)} "
+                            f"that sent it failed",
+                        }
+                    )
     return {"G1a": errs}
 
 
@@ -195,9 +248,15 @@ def precommitted_read_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, lis
         for k, v, _ in t.sends:
             pairs = t.reads.get(k)
             if pairs and any(p[1] == v for p in pairs):
-                errs.append({"key": k, "value": v, "op": op_ref(t.op),
-                             "explanation": f"{_name(t)} sent {v} to key {k} and polled it back "
-                                            f"within the same transaction"})
+                errs.append(
+                    {
+                        "key": k,
+                        "value": v,
+                        "op": op_ref(t.op),
+                        "explanation": f"{_name(t)} sent {v} to key {k} and polled it back "
+                        f"within the same transaction",
+                    }
+                )
     return {"precommitted-read": errs}
 
 
@@ -231,6 +290,10 @@ def int_poll_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
                 continue
             ko = orders[k]
             io, fi = ko.index_of_offset, ko.first_index
+            idx = [io.get(p[0]) for p in pairs]
+            a = idx[0]
+            if a is not None and idx[-1] == a + len(idx) - 1 and idx == list(range(a, a + len(idx))):
+                continue  # contiguous: the common case, checked in C
             prev = None
             for o, v in pairs:
                 i = io.get(o) if o is not None else fi.get(v)
@@ -312,7 +375,8 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
             lr = last_reads.setdefault(p, {})
             for k, pairs in t.reads.items():
                 ko = orders[k]
-                first = _first_index(ko, pairs)
+                i0 = ko.index_of_offset.get(pairs[0][0]) if pairs else None
+                first = (i0, pairs[0][1]) if i0 is not None else _first_index(ko, pairs)
                 prev = lr.get(k)
                 if prev is not None and first is not None and first[0] - prev[0] != 1:
                     kind, e = _step(ko, prev[0], first[0], prev[1], first[1], k)
@@ -320,7 +384,8 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
                     e["explanation"] = _proc_words(p, prev[2], t, k, prev[1], first[1], kind, "read")
                     (skips if kind == "skip" else nm_polls).append(e)
                 if t.type == OK:
-                    last = _last_index(ko, pairs)
+                    i1 = ko.index_of_offset.get(pairs[-1][0]) if pairs else None
+                    last = (i1, pairs[-1][1]) if i1 is not None else _last_index(ko, pairs)
                     if last is not None:
                         lr[k] = (last[0], last[1], t)
         if t.sends and t.type != FAIL:
@@ -363,8 +428,7 @@ def _last_index(ko, pairs) -> tuple | None:
 
 def _proc_words(p, a: Txn, b: Txn, k, v1, v2, kind: str, verb: str) -> str:
     how = "skipping over values between them" if kind == "skip" else "going backwards in the log"
-    return (f"process {p} {verb} {v1} of key {k} in {_name(a)}, then {v2} in its next "
-            f"{_name(b)}, {how}")
+    return f"process {p} {verb} {v1} of key {k} in {_name(a)}, then {v2} in its next {_name(b)}, {how}"
 
 
 # --- unseen, lag, causes ----------------------------------------------------------------
@@ -388,23 +452,30 @@ def unseen_analysis(ix: QueueIndex) -> dict[str, Any]:
                     u.add(v)
                     total += 1
         for k, pairs in t.reads.items():
+            vals = list(map(_second, pairs))
             pk = polled.get(k)
             if pk is None:
                 polled[k] = pk = set()
+            pk.update(vals)
             u = unseen.get(k)
-            for _, v in pairs:
-                pk.add(v)
-                if u and v in u:
-                    u.discard(v)
-                    total -= 1
+            if u:
+                n0 = len(u)
+                u.difference_update(vals)
+                total -= n0 - len(u)
         if total != before:
             points.append((t.op.time, total))
     errs = []
     for k in sorted(unseen, key=str):
         vs = unseen[k]
         if vs:
-            errs.append({"key": k, "count": len(vs), "values": sorted(vs, key=str)[:UNSEEN_VALUES_CAP],
-                         "explanation": f"{len(vs)} acknowledged values of key {k} were never polled"})
+            errs.append(
+                {
+                    "key": k,
+                    "count": len(vs),
+                    "values": sorted(vs, key=str)[:UNSEEN_VALUES_CAP],
+                    "explanation": f"{len(vs)} acknowledged values of key {k} were never polled",
+                }
+            )
     return {"count": total, "errs": errs, "over_time": _downsample(points)}
 
 
@@ -429,13 +500,17 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     poll of that run.
     """
     expired: dict[Any, list[int]] = {}
+    maxoffs: list[dict | None] = [None] * len(ix.txns)
     for t in ix.txns:
         if t.type == FAIL:
             continue
-        for k, o in _max_offsets(t).items():
-            lst = expired.setdefault(k, [])
-            while len(lst) <= o:
-                lst.append(t.op.time)
+        mo = maxoffs[t.id] = _max_offsets(t)
+        for k, o in mo.items():
+            lst = expired.get(k)
+            if lst is None:
+                expired[k] = lst = []
+            if len(lst) <= o:
+                lst.extend([t.op.time] * (o + 1 - len(lst)))
     worst = {"time": 0.0, "lag": 0.0, "process": None, "key": None}
     state: dict[Any, dict] = {}  # process -> key -> (offset, first poll seq of the run)
     seq: dict[Any, int] = {}
@@ -470,7 +545,7 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
         p = t.process
         runs = state.setdefault(p, {})
         s = seq[p] = seq.get(p, 0) + 1
-        for k, o in _max_offsets(t).items():
+        for k, o in maxoffs[t.id].items():
             run = runs.get(k)
             if run is None or o > run[0]:
                 if run is not None:
@@ -486,7 +561,10 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
 def _max_offsets(t: Txn) -> dict[Any, int]:
     out: dict[Any, int] = {}
     for k, pairs in t.reads.items():
-        m = max((o for o, _ in pairs if o is not None), default=-1)
+        try:
+            m = max(map(_first, pairs))
+        except (TypeError, ValueError):  # an unknown (null) offset, or no pairs
+            m = max((o for o, _ in pairs if o is not None), default=-1)
         if m >= 0:
             out[k] = m
     for k, _, o in t.sends:

@@ -14,6 +14,7 @@ renumbered densely, so the offsets that transaction markers take are not gaps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from logquake.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op
@@ -21,6 +22,7 @@ from logquake.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op
 QUEUE_FS = frozenset({"send", "poll", "txn"})
 SUB_FS = frozenset({"assign", "subscribe"})
 INF = float("inf")
+_second = itemgetter(1)
 
 
 class Txn:
@@ -30,8 +32,18 @@ class Txn:
     [offset, value] pairs polled, in order, across all poll micro-ops of the op.
     """
 
-    __slots__ = ("id", "op", "type", "process", "sends", "reads", "inv_index", "comp_index",
-                 "inv_time", "committed")
+    __slots__ = (
+        "id",
+        "op",
+        "type",
+        "process",
+        "sends",
+        "reads",
+        "inv_index",
+        "comp_index",
+        "inv_time",
+        "committed",
+    )
 
     def __init__(self, id: int, op: Op, inv: Op | None, sends: list, reads: dict) -> None:
         self.id = id
@@ -159,8 +171,15 @@ def build_index(ops: list[Op]) -> QueueIndex:
     for inv in in_flight.values():
         if inv.f in QUEUE_FS:
             sends, reads = parse_mops(inv.value)
-            comp = Op(index=inv.index, time=inv.time, process=inv.process, type=INFO, f=inv.f,
-                      value=inv.value, extra={"error": "never completed"})
+            comp = Op(
+                index=inv.index,
+                time=inv.time,
+                process=inv.process,
+                type=INFO,
+                f=inv.f,
+                value=inv.value,
+                extra={"error": "never completed"},
+            )
             t = Txn(len(txns), comp, inv, sends, reads)
             txns.append(t)
             events.append(t)
@@ -184,7 +203,7 @@ def _writers_and_reads(ix: QueueIndex) -> None:
                 s = reads_ok.get(k)
                 if s is None:
                     reads_ok[k] = s = set()
-                s.update([p[1] for p in pairs])
+                s.update(map(_second, pairs))
     # Must have committed: ok, or info with a value some ok op read (Jepsen's rule).
     for t in ix.txns:
         if t.type == INFO:
@@ -192,47 +211,72 @@ def _writers_and_reads(ix: QueueIndex) -> None:
 
 
 def _version_orders(ix: QueueIndex) -> None:
-    logs: dict[Any, dict[int, Any]] = {}
-    conflicts: dict[Any, dict[int, list]] = {}
-
-    def put(k: Any, o: int, v: Any) -> None:
-        log = logs.get(k)
-        if log is None:
-            logs[k] = log = {}
-        cur = log.setdefault(o, v)
-        if cur != v:
-            c = conflicts.setdefault(k, {}).setdefault(o, [cur])
-            if v not in c:
-                c.append(v)
-
+    # Gather every (offset, value) of each key in bulk, then let dict/set (C code) find
+    # the log and any offset holding two values: this is the hottest loop of the checker.
+    pairs_of: dict[Any, list] = {}
     for t in ix.txns:
         for k, pairs in t.reads.items():
-            log = logs.get(k)
-            if log is None:
-                logs[k] = log = {}
-            for o, v in pairs:
-                if o is None:
-                    continue
-                if log.setdefault(o, v) != v:
-                    put(k, o, v)
+            got = pairs_of.get(k)
+            if got is None:
+                pairs_of[k] = got = []
+            got.extend(pairs)
         if t.committed:
             for k, v, o in t.sends:
                 if o is not None:
-                    put(k, o, v)
-    for k, log in logs.items():
-        ix.orders[k] = _key_order(log, conflicts.get(k, {}))
+                    got = pairs_of.get(k)
+                    if got is None:
+                        pairs_of[k] = got = []
+                    got.append((o, v))
+    for k, allp in pairs_of.items():
+        log = dict(allp)
+        distinct = set(map(tuple, allp))
+        if None in log:
+            del log[None]
+            distinct = {p for p in distinct if p[0] is not None}
+        conflicts: dict[int, list] = {}
+        if len(distinct) != len(log):
+            conflicts = _conflicts(allp)
+            for o, vs in conflicts.items():
+                log[o] = vs[0]
+        ix.orders[k] = _key_order(log, conflicts)
+
+
+def _conflicts(allp: list) -> dict[int, list]:
+    """Offsets holding more than one value, each with its values in first-seen order."""
+    by_offset: dict[int, list] = {}
+    for o, v in allp:
+        if o is None:
+            continue
+        vs = by_offset.get(o)
+        if vs is None:
+            by_offset[o] = [v]
+        elif v not in vs:
+            vs.append(v)
+    return {o: vs for o, vs in by_offset.items() if len(vs) > 1}
 
 
 def _key_order(log: dict[int, Any], conflicts: dict[int, list]) -> KeyOrder:
     offsets = sorted(log)
     values = [log[o] for o in offsets]
-    index_of_offset = {o: i for i, o in enumerate(offsets)}
+    n = len(offsets)
+    index_of_offset = dict(zip(offsets, range(n), strict=True))
+    if not conflicts and len(set(values)) == n:  # the common case: no duplicates
+        first = dict(zip(values, range(n), strict=True))
+        return KeyOrder(
+            offsets=offsets,
+            values=values,
+            index_of_offset=index_of_offset,
+            first_index=first,
+            last_index={},
+            dups={},
+            conflicts=conflicts,
+        )
     first: dict[Any, int] = {}
     last: dict[Any, int] = {}
     dups: dict[Any, list[int]] = {}
     for i, v in enumerate(values):
         vs = conflicts.get(offsets[i]) if conflicts else None
-        for x in (vs if vs is not None else (v,)):
+        for x in vs if vs is not None else (v,):
             j = first.setdefault(x, i)
             if j != i:
                 last[x] = i
@@ -240,5 +284,12 @@ def _key_order(log: dict[int, Any], conflicts: dict[int, list]) -> KeyOrder:
                 if d is None:
                     dups[x] = d = [offsets[j]]
                 d.append(offsets[i])
-    return KeyOrder(offsets=offsets, values=values, index_of_offset=index_of_offset,
-                    first_index=first, last_index=last, dups=dups, conflicts=conflicts)
+    return KeyOrder(
+        offsets=offsets,
+        values=values,
+        index_of_offset=index_of_offset,
+        first_index=first,
+        last_index=last,
+        dups=dups,
+        conflicts=conflicts,
+    )

@@ -13,8 +13,11 @@ _VERDICT = {True: "[bold green]valid[/]", False: "[bold red]INVALID[/]", "unknow
 def render_summary(result: dict[str, Any], console: Console, *, title: str = "queue analysis") -> None:
     """Print the verdict, one row per anomaly type, and the informational figures."""
     stats = result.get("stats", {})
-    console.print(f"{title}: {stats.get('txns', 0)} send/poll/txn ops over {stats.get('keys', 0)} keys "
-                  f"-> {_VERDICT.get(result['valid'], result['valid'])}", highlight=False)
+    console.print(
+        f"{title}: {stats.get('txns', 0)} send/poll/txn ops over {stats.get('keys', 0)} keys "
+        f"-> {_VERDICT.get(result['valid'], result['valid'])}",
+        highlight=False,
+    )
     anomalies = result.get("anomalies", {})
     if anomalies:
         bad = set(result.get("bad_error_types", ()))
@@ -31,8 +34,11 @@ def render_summary(result: dict[str, Any], console: Console, *, title: str = "qu
         console.print(table)
     lag = result.get("worst_realtime_lag") or {}
     if lag.get("lag"):
-        console.print(f"worst realtime lag: {lag['lag']:.3f} s (process {lag['process']}, key {lag['key']}, "
-                      f"at {lag['time']:.3f} s)", highlight=False)
+        console.print(
+            f"worst realtime lag: {lag['lag']:.3f} s (process {lag['process']}, key {lag['key']}, "
+            f"at {lag['time']:.3f} s)",
+            highlight=False,
+        )
     causes = result.get("info_txn_causes") or []
     if causes:
         shown = ", ".join(f"{c['error']} x{c['count']}" for c in causes[:5])

@@ -26,8 +26,11 @@ def _completed(mops: list) -> list:
         if m[0] == "send":
             out.append(["send", m[1], [m[3], m[2]]] if len(m) > 3 else ["send", m[1], m[2]])
         else:
-            out.append(["poll", {str(k): [list(p) for p in ps] for k, ps in m[1].items()}]
-                       if len(m) > 1 else ["poll"])
+            out.append(
+                ["poll", {str(k): [list(p) for p in ps] for k, ps in m[1].items()}]
+                if len(m) > 1
+                else ["poll"]
+            )
     return out
 
 
@@ -53,8 +56,9 @@ class H:
 
     def complete(self, p: Any, type: str = "ok", mops: list | None = None, **extra: Any) -> Op:
         f, invoked = self.pending.pop(p)
-        return self._add(process=p, type=type, f=f, value=_completed(mops if mops is not None else invoked),
-                         extra=extra)
+        return self._add(
+            process=p, type=type, f=f, value=_completed(mops if mops is not None else invoked), extra=extra
+        )
 
     def txn(self, p: Any, mops: list, type: str = "ok", **extra: Any) -> Op:
         self.invoke(p, mops)

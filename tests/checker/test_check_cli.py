@@ -12,8 +12,9 @@ from tests.checker.histories import H
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "logquake", "check", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "logquake", "check", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def write(tmp_path: Path, h: H, name: str = "history.jsonl") -> Path:

@@ -67,7 +67,9 @@ def test_duplicate():
     h.poll(1, {1: [(0, 10), (1, 10)]})
     r = check(h)
     assert "duplicate" in r["bad_error_types"]
-    assert [strip(e) for e in errs(r, "duplicate")] == [{"key": 1, "value": 10, "count": 2, "offsets": [0, 1]}]
+    assert [strip(e) for e in errs(r, "duplicate")] == [
+        {"key": 1, "value": 10, "count": 2, "offsets": [0, 1]}
+    ]
     assert check(h, guarantee="at-least-once")["bad_error_types"] == []
 
 
@@ -81,8 +83,16 @@ def test_lost_write():
     r = check(h)
     assert r["bad_error_types"] == ["lost-write", "unseen"]
     assert [strip(e) for e in errs(r, "lost-write")] == [
-        {"key": 1, "value": 11, "index": 1, "offset": 1, "max_read_index": 2, "max_read_value": 12,
-         "writer": ref(w), "max_read": ref(reader)}
+        {
+            "key": 1,
+            "value": 11,
+            "index": 1,
+            "offset": 1,
+            "max_read_index": 2,
+            "max_read_value": 12,
+            "writer": ref(w),
+            "max_read": ref(reader),
+        }
     ]
     assert check(h, guarantee="at-most-once")["valid"] is True
 
@@ -135,7 +145,9 @@ def test_g1a_aborted_read():
     rd = h.poll(1, {1: [(0, 10)]})
     r = check(h)
     assert r["bad_error_types"] == ["G1a"]
-    assert [strip(e) for e in errs(r, "G1a")] == [{"key": 1, "value": 10, "writer": ref(w), "reader": ref(rd)}]
+    assert [strip(e) for e in errs(r, "G1a")] == [
+        {"key": 1, "value": 10, "writer": ref(w), "reader": ref(rd)}
+    ]
 
 
 def test_info_writes_never_make_g1a():
@@ -328,7 +340,9 @@ def test_g0_write_cycle_is_reported_and_allowed():
     [e] = errs(r, "G0")
     assert e["cycle"] == [ref(t1), ref(t2)]
     assert [(s["from"], s["to"], s["type"], s["key"]) for s in e["steps"]] == [
-        ("T1", "T2", "ww", 1), ("T2", "T1", "ww", 2)]
+        ("T1", "T2", "ww", 1),
+        ("T2", "T1", "ww", 2),
+    ]
     assert "T1 sent 10 to key 1 just before T2 sent 11 to it" in e["explanation"]
     assert "However, T2 < T1" in e["explanation"]
 
@@ -417,8 +431,7 @@ def test_a_crashing_analysis_is_unknown_with_its_error():
     h = H()
     h.send(0, 1, 10, 0)
     h.poll(1, {1: [(0, 10)]})
-    h.ops.append(h.ops[-1].__class__(index=99, time=99, process=5, type="ok", f="poll",
-                                     value=[["poll", 17]]))
+    h.ops.append(h.ops[-1].__class__(index=99, time=99, process=5, type="ok", f="poll", value=[["poll", 17]]))
     r = check(h)
     assert r["valid"] == "unknown"
     assert "index" in r["analysis_errors"]
@@ -457,4 +470,7 @@ def test_info_causes():
     h.send(0, 1, 10, None, type="info", error="timeout")
     h.send(1, 1, 11, None, type="info", error="timeout")
     h.send(2, 1, 12, None, type="info", error="disconnected")
-    assert check(h)["info_txn_causes"] == [{"error": "timeout", "count": 2}, {"error": "disconnected", "count": 1}]
+    assert check(h)["info_txn_causes"] == [
+        {"error": "timeout", "count": 2},
+        {"error": "disconnected", "count": 1},
+    ]

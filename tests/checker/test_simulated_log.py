@@ -56,8 +56,18 @@ def test_every_fired_bug_is_reported_as_its_anomaly(cfg: SimConfig, bug: str) ->
 @pytest.mark.parametrize("bug", BUGS)
 def test_each_bug_fires_and_is_caught_on_a_fixed_run(bug: str) -> None:
     """Guards the property above against passing vacuously."""
-    cfg = SimConfig(ops=400, workers=4, active_keys=3, max_writes_per_key=50, txn=True, p_fail=0.1,
-                    p_info=0.1, bugs=frozenset([bug]), p_bug=0.3, seed=7)
+    cfg = SimConfig(
+        ops=400,
+        workers=4,
+        active_keys=3,
+        max_writes_per_key=50,
+        txn=True,
+        p_fail=0.1,
+        p_info=0.1,
+        bugs=frozenset([bug]),
+        p_bug=0.3,
+        seed=7,
+    )
     ops, fired = simulate(cfg)
     assert fired, f"{bug} never fired"
     r = check_history(ops)

@@ -91,14 +91,25 @@ def check(
         str | None, typer.Option("--guarantee", help="at-most-once, at-least-once or exactly-once.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results object as JSON.")] = False,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Check linearizability against a model instead: register or cas-register."),
+    ] = None,
 ) -> None:
-    """Check a stored history; exit 0 valid, 1 invalid, 2 unknown."""
+    """Check a stored history; exit 0 valid, 1 invalid, 2 unknown.
+
+    HISTORY may also be a Jepsen history.edn or jepsen.log (e.g. with --model cas-register).
+    """
     import json
 
-    from logquake.checker import CheckOptions, check_history
+    from logquake.checker import MODELS, CheckOptions, check_history, check_linearizable
+    from logquake.checker.linear import summary_lines
     from logquake.checker.summary import render_summary
     from logquake.errors import ConfigError
-    from logquake.history import load_history
+    from logquake.history_import import load_any_history
+
+    if model is not None and model not in MODELS:
+        raise ConfigError("--model", f"unknown model {model!r}; expected one of {', '.join(sorted(MODELS))}")
 
     path = history / "history.jsonl" if history.is_dir() else history
     try:
@@ -107,11 +118,13 @@ def check(
     except ValueError as e:
         raise ConfigError("check", str(e)) from None
     with err_console.status(f"reading {path}"):
-        ops = load_history(path)
+        ops = load_any_history(path)
     with err_console.status(f"checking {len(ops)} ops"):
-        result = check_history(ops, opts)
+        result = check_history(ops, opts) if model is None else check_linearizable(ops, MODELS[model])
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
+    elif model is not None:
+        Console().print("\n".join(summary_lines(result)), highlight=False, markup=False)
     else:
         render_summary(result, Console(), title=str(path))
     raise typer.Exit({True: 0, False: 1}.get(result["valid"], 2))

@@ -92,8 +92,8 @@ def _is_keyed(model: Model, completed: list[tuple[Op, Op | None]]) -> bool:
 def _bad_op(inv: Op, message: str) -> UserError:
     return UserError(
         f"op {inv.index} (process {inv.process}, {inv.f} {inv.value!r}): {message}",
-        hint="the register models take read (value nil or [k nil]), write v and cas [old new], "
-        "optionally as jepsen.independent [k value] pairs",
+        hint="the register models take read (invoked with value nil), write v and cas with a pair "
+        "(old, new), each optionally wrapped as a jepsen.independent (key, value) pair",
     )
 
 

@@ -84,14 +84,18 @@ def test_a_transactional_run_with_kafka_python_is_valid(tmp_path):
 
 
 @pytest.mark.slow
-def test_acks_1_with_frequent_leader_kills_reports_lost_writes(tmp_path):
+def test_acks_1_with_leaders_cut_off_reports_lost_writes(tmp_path):
+    # With acks=1 a leader answers after its own append. Cut off from its followers it keeps
+    # acknowledging until check-quorum deposes it, while the majority elects a new leader
+    # that reuses those offsets: every such partition loses acknowledged writes. Leader kills
+    # alone rarely do on loopback, where followers replicate within milliseconds.
     cfg = tmp_path / "acks1.yaml"
-    cfg.write_text("producer: {acks: 1}\nnemesis: [kill]\nnemesis_interval: 1.5\ndrain_time: 15\n")
-    code, run_dir, res, out = _run(tmp_path, "--config", str(cfg), "--time-limit", "40", "--rate", "400",
+    cfg.write_text("producer: {acks: 1}\nnemesis: [partition]\nnemesis_interval: 3\ndrain_time: 15\n")
+    code, run_dir, res, out = _run(tmp_path, "--config", str(cfg), "--time-limit", "30", "--rate", "200",
                                    "--concurrency", "10", "--seed", "11", timeout=400)
     assert res.get("valid") is False, json.dumps(res, indent=1)[:3000]
     assert code == 1
-    assert {"lost-write", "inconsistent-offsets"} & set(res["bad_error_types"]), res["bad_error_types"]
+    assert "lost-write" in res["bad_error_types"], res["bad_error_types"]
 
 
 def test_ctrl_c_leaves_a_complete_run_directory_and_no_lab_behind(tmp_path):

@@ -221,7 +221,7 @@ def g1a_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
             continue
         for k, pairs in t.reads.items():
             fk = failed.get(k)
-            if not fk:
+            if not fk or fk.isdisjoint(map(_second, pairs)):
                 continue
             for _, v in pairs:
                 if v in fk:
@@ -511,51 +511,59 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
                 expired[k] = lst = []
             if len(lst) <= o:
                 lst.extend([t.op.time] * (o + 1 - len(lst)))
-    worst = {"time": 0.0, "lag": 0.0, "process": None, "key": None}
-    state: dict[Any, dict] = {}  # process -> key -> (offset, first poll seq of the run)
-    seq: dict[Any, int] = {}
-    last_poll: dict[Any, int] = {}
+    best = [0, 0, None, None]  # lag ns, poll time ns, process, key
+    state: dict[Any, dict] = {}  # process -> key -> (offset, seq of the run's first poll)
+    seq: dict[Any, int] = {}  # process -> polls so far
+    last_poll: dict[Any, int] = {}  # process -> invoke time of its latest poll
 
-    def close(p, k, run) -> None:
-        o, first = run
-        if seq.get(p, 0) < first or p not in last_poll:
+    def close(p: Any, k: Any, o: int, first: int, upto: int) -> None:
+        """A run of offset o ends; its lag peaked at poll `upto` (if the run had polls)."""
+        if upto < first:
             return
-        t = last_poll[p]
         lst = expired.get(k, ())
-        lag = t - lst[o + 1] if o + 1 < len(lst) else 0
-        if lag > worst["lag"] * 1e9:
-            worst.update(time=t / 1e9, lag=lag / 1e9, process=p, key=k)
+        if o + 1 < len(lst):
+            t = last_poll[p]
+            lag = t - lst[o + 1]
+            if lag > best[0]:
+                best[:] = [lag, t, p, k]
 
     for ev in ix.events:
         if isinstance(ev, Op):
             if ev.type != OK:
                 continue
-            runs = state.setdefault(ev.process, {})
+            p = ev.process
+            runs = state.setdefault(p, {})
             keep = {key_of(k) for k in (ev.value or ())} if ev.f == "assign" else set()
-            nxt = seq.get(ev.process, 0) + 1
+            done = seq.get(p, 0)
             for k in list(runs):
                 if k not in keep:
-                    close(ev.process, k, runs.pop(k))
+                    o, first = runs.pop(k)
+                    close(p, k, o, first, done)
             for k in keep:
-                runs.setdefault(k, (-1, nxt))
+                runs.setdefault(k, (-1, done + 1))
             continue
         t: Txn = ev
         if t.type != OK or t.op.f == "send":
             continue
         p = t.process
-        runs = state.setdefault(p, {})
+        runs = state.get(p)
+        if runs is None:
+            state[p] = runs = {}
         s = seq[p] = seq.get(p, 0) + 1
         for k, o in maxoffs[t.id].items():
             run = runs.get(k)
-            if run is None or o > run[0]:
-                if run is not None:
-                    close(p, k, run)
+            if run is None:
+                runs[k] = (o, s)
+            elif o > run[0]:
+                if s - 1 >= run[1]:
+                    close(p, k, run[0], run[1], s - 1)
                 runs[k] = (o, s)
         last_poll[p] = t.inv_time
     for p, runs in state.items():
-        for k, run in runs.items():
-            close(p, k, run)
-    return worst
+        for k, (o, first) in runs.items():
+            close(p, k, o, first, seq.get(p, 0))
+    lag, t, p, k = best
+    return {"time": t / 1e9, "lag": lag / 1e9, "process": p, "key": k}
 
 
 def _max_offsets(t: Txn) -> dict[Any, int]:

@@ -34,14 +34,17 @@ def fault_colours(intervals: list[Interval]) -> dict[str, str]:
     return {k: FAULT_COLOURS[i % len(FAULT_COLOURS)] for i, k in enumerate(kinds)}
 
 
-def _shade(fig: go.Figure, d: Digest) -> None:
-    """Shade each fault interval; one legend entry per kind."""
+def _shade(fig: go.Figure, d: Digest, *, within: tuple[int, int] | None = None) -> None:
+    """Shade each fault interval (clipped to `within`, ns); one legend entry per kind."""
     colours = fault_colours(d.intervals)
     shown: set[str] = set()
+    lo, hi = within or (0, d.end_time)
     for iv in d.intervals:
-        stop = iv.stop if iv.stop is not None else d.end_time
+        start, stop = max(iv.start, lo), min(iv.stop if iv.stop is not None else d.end_time, hi)
+        if start > stop:
+            continue
         fig.add_vrect(
-            x0=iv.start / NS, x1=max(stop, iv.start + 1) / NS, fillcolor=colours[iv.kind], opacity=0.35,
+            x0=start / NS, x1=max(stop, start + 1) / NS, fillcolor=colours[iv.kind], opacity=0.35,
             line_width=0, layer="below", name=iv.kind, legendgroup=f"fault-{iv.kind}",
             showlegend=iv.kind not in shown, legend="legend",
         )
@@ -186,7 +189,8 @@ def lag_figure(d: Digest, checker_worst: Any = None) -> go.Figure:
 
 
 def _short(value: Any, limit: int = 160) -> str:
-    text = json.dumps(value, separators=(",", ":"), default=str)
+    """Compact JSON of `value` (strings as they are), cut at `limit` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -205,6 +209,7 @@ def timeline_figure(d: Digest) -> go.Figure:
     """Ops per process as bars from invocation to completion, hover for details."""
     ops = d.timeline
     procs = sorted({op.process for op in ops}, key=lambda p: (isinstance(p, str), p))
+    begin = min((op.start for op in ops), default=0)
     end = max((op.end or op.start for op in ops), default=0)
     fig = go.Figure()
     for outcome in ("ok", "fail", "info", "incomplete"):
@@ -216,10 +221,13 @@ def timeline_figure(d: Digest) -> go.Figure:
             x=[max((op.end if op.end is not None else end) - op.start, 1) / NS for op in group],
             y=[f"p{op.process}" for op in group], orientation="h", name=outcome,
             marker={"color": OUTCOME_COLOURS[outcome], "line": {"width": 0.5, "color": "#fff"}},
-            text=[op.f for op in group], textposition="inside", insidetextanchor="middle",
+            text=[op.f for op in group], textposition="inside", insidetextanchor="middle", textangle=0,
             hovertext=[_hover(op) for op in group], hoverinfo="text",
         ))
-    _shade(fig, d)
+    _shade(fig, d, within=(begin, end))
+    pad = max((end - begin) / 50, 1)
+    fig.update_xaxes(range=[(begin - pad) / NS, (end + pad) / NS])
     fig.update_yaxes(categoryorder="array", categoryarray=[f"p{p}" for p in procs], autorange="reversed")
     return _layout(fig, "Ops per process", "process", barmode="overlay", bargap=0.25,
+                   uniformtext={"minsize": 9, "mode": "hide"},  # labels only where they fit
                    height=min(max(300, 26 * len(procs) + 120), 1600))

@@ -1,0 +1,103 @@
+"""report.html opened in headless Chromium: no console errors, no network, plots and sections render.
+
+Uses Debian's chromium (scripts/bootstrap.sh installs it) driven by Playwright with
+executable_path, never `playwright install`'s downloaded browsers. Screenshots land in the
+test's tmp dir (printed on failure) for a person to judge the layout.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from results_fixtures import checked, invalid_ops, invalid_results, make_run_dir, write_synth_history
+
+from logquake.history import load_history
+from logquake.results.report import write_report
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+PLOTS = ("latency", "throughput", "unseen", "lag", "timeline")
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="pip package playwright is not installed")
+if not Path(CHROMIUM).exists():
+    pytest.skip("Debian chromium is not installed (scripts/bootstrap.sh installs it)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=120_000)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def open_report(browser, report: Path):
+    """The loaded page, plus the console errors and non-file requests seen while loading."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    problems: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning")
+            else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:", "blob:")) else None)
+    page.goto(report.as_uri(), wait_until="load", timeout=120_000)
+    for plot in PLOTS:
+        page.wait_for_selector(f"#plot-{plot} .main-svg", timeout=120_000)
+    page.add_style_tag(content="nav { position: static !important; }")  # keep it out of element shots
+    return page, problems, requests
+
+
+def shot(page, selector: str, path: Path) -> None:
+    """A screenshot of one element, by clipping the full page (no wait for 'stable' under load)."""
+    box = page.locator(selector).bounding_box(timeout=120_000)
+    page.screenshot(path=str(path), full_page=True, clip=box, timeout=120_000)
+
+
+def test_invalid_report_renders_in_chromium(browser, tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path, invalid_ops(), invalid_results())
+    page, problems, requests = open_report(browser, write_report(run))
+    try:
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True, timeout=120_000)
+        for part in ("summary", "anomalies", "keylogs", "timeline"):
+            shot(page, f"#{part}", tmp_path / f"{part}.png")
+        print(f"screenshots in {tmp_path}")
+        assert problems == [] and requests == []
+        assert page.locator("#verdict").inner_text().strip().startswith("INVALID")
+        for name in invalid_results()["anomalies"]:
+            assert page.locator(f"#anomaly-{name}").is_visible()
+        # every plot drew its data: traces in the SVG, and the shaded nemesis interval
+        for plot in ("latency", "throughput", "unseen", "lag"):
+            assert page.locator(f"#plot-{plot} .scatterlayer .trace").count() >= 1, plot
+            assert page.locator(f"#plot-{plot} .shapelayer path").count() >= 1, plot
+        assert page.locator("#plot-timeline .barlayer .trace").count() >= 3  # ok, fail, info
+        assert page.locator(".keylog td.flag").count() >= 6
+        # hover details on the timeline come from the history
+        texts = page.evaluate("() => document.getElementById('plot-timeline').data.flatMap(t => t.hovertext)")
+        assert any("op 16 · process 2 · poll ok" in t for t in texts)
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+def test_large_report_renders_in_chromium(browser, tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path, None, None)
+    write_synth_history(run / "history.jsonl", 30_000, seed=9, fault_every=2500)
+    (run / "results.json").write_text(json.dumps(checked(load_history(run / "history.jsonl"))))
+    page, problems, requests = open_report(browser, write_report(run))
+    try:
+        shot(page, "#plots", tmp_path / "plots.png")
+        shot(page, "#timeline", tmp_path / "timeline.png")
+        print(f"screenshots in {tmp_path}")
+        assert problems == [] and requests == []
+        assert page.locator("#timeline-cap").is_visible()
+        n_points = page.evaluate(
+            "() => document.getElementById('plot-latency').data.reduce((n, t) => n + t.x.length, 0)")
+        assert 1000 < n_points <= 15_000
+    finally:
+        page.close()

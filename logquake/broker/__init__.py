@@ -5,9 +5,20 @@ handlers.py (the Kafka APIs), partition.py / metadata.py (state machines applied
 log), replica.py (one Raft group on a node), node.py (the process's loop), transport.py
 (peer connections), nodeconfig.py (node.yaml), process.py (`logquake broker`),
 localcluster.py (N processes on loopback for tests and benchmarks).
+
+`LocalCluster` is imported lazily: the broker process itself must not pay for it.
 """
 
-from logquake.broker.localcluster import LocalCluster
+from typing import Any
+
 from logquake.broker.nodeconfig import NodeAddress, NodeConfig, load_node_config, parse_node_config
 
 __all__ = ["LocalCluster", "NodeAddress", "NodeConfig", "load_node_config", "parse_node_config"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LocalCluster":
+        from logquake.broker.localcluster import LocalCluster
+
+        return LocalCluster
+    raise AttributeError(f"module 'logquake.broker' has no attribute {name!r}")

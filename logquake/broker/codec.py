@@ -113,15 +113,17 @@ class RequestDecoder:
         out: list[Request | BadRequest] = []
         pos = 0
         buf = self._buf
-        while len(buf) - pos >= 4:
-            (size,) = struct.unpack_from(">i", buf, pos)
-            if size < 8 or size > self._max:
-                raise FrameError(f"frame size {size} outside [8, {self._max}]")
-            if len(buf) - pos - 4 < size:
-                break
-            frame = bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-            out.append(decode_request(frame))
+        n = len(buf)
+        with memoryview(buf) as view:  # slices of a view copy once (bytes of a bytearray slice: twice)
+            while n - pos >= 4:
+                (size,) = struct.unpack_from(">i", buf, pos)
+                if size < 8 or size > self._max:
+                    raise FrameError(f"frame size {size} outside [8, {self._max}]")
+                if n - pos - 4 < size:
+                    break
+                frame = bytes(view[pos + 4 : pos + 4 + size])
+                pos += 4 + size
+                out.append(decode_request(frame))
         if pos:
             del buf[:pos]
         return out

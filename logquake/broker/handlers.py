@@ -164,6 +164,7 @@ class KafkaApi:
         # Unsafe `ack: early` is read here only: acks=all is answered after the leader's append.
         eff = 1 if (acks == -1 and self.ack_early) else acks
         out = rep.append(records, headers, eff)
+        self.node.stats["produced_bytes"] += len(records)
         self.node.kick()
         return out
 

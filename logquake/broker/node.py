@@ -74,7 +74,8 @@ class Node:
         self.node_ids = tuple(n.node_id for n in cfg.nodes)
         self.rng = random.Random(f"{self.id}-{time.time_ns()}")
         self.raft_cfg = RaftConfig(election_ticks=cfg.election_ticks, heartbeat_ticks=cfg.heartbeat_ticks,
-                                   unclean_election=cfg.unsafe.get("election") == "unclean")
+                                   unclean_election=cfg.unsafe.get("election") == "unclean",
+                                   max_append_bytes=1 << 20)
         self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node
         self.groups: dict[str, PartitionReplica | MetadataReplica] = {}
         self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
@@ -84,6 +85,9 @@ class Node:
         self._pid_lock = asyncio.Lock()
         self._unsynced: set[Any] = set()  # stores written since the last fsync (policy interval)
         self._last_sync = 0.0
+        self._campaign_soon: dict[str, int] = {}
+        self.stats: dict[str, int] = defaultdict(int)  # logged every 5 s when non-zero
+        self._meta_fast_start = True
         self._tasks: list[asyncio.Task[None]] = []
         self.extra_handlers: dict[int, Any] = {}
         me = cfg.me
@@ -146,8 +150,10 @@ class Node:
         rep = PartitionReplica(info, raft, store)
         self.partitions[info.group_id] = rep
         self.groups[rep.name] = rep
-        if len(info.replicas) == 1:
-            raft.campaign()
+        if info.replicas[0] == self.id:
+            # The preferred replica campaigns at once (after the others have had two ticks to
+            # apply the same metadata entry) instead of waiting out an election timeout.
+            self._campaign_soon[rep.name] = 2
         self.kick()
 
     # ---- the loop ----------------------------------------------------------------------------
@@ -156,11 +162,34 @@ class Node:
         period = self.cfg.tick_ms / 1000
         nxt = time.monotonic()
         while True:
-            nxt += period
+            # Never catch up missed ticks in a burst: after a stall (GC, a busy loop, SIGSTOP)
+            # that would expire election and check-quorum timers before any queued message
+            # from the peers has been read.
+            nxt = max(nxt + period, time.monotonic())
             await asyncio.sleep(max(0.0, nxt - time.monotonic()))
             for g in list(self.groups.values()):
                 g.raft.tick()
+            self._early_campaigns()
             self.kick()
+
+    def _early_campaigns(self) -> None:
+        """Shorten start-up: skip the first election timeout where no split vote is likely."""
+        for name, ticks in list(self._campaign_soon.items()):
+            self._campaign_soon[name] = ticks - 1
+            g = self.groups[name]
+            if g.raft.leader_id is not None or ticks <= -8:
+                del self._campaign_soon[name]
+            elif ticks <= 1 and ticks % 2 and g.raft.role != "candidate":
+                # Pre-vote never bumps the term, so retrying while the other replicas are still
+                # creating the group (their pre-votes were dropped) disturbs nothing.
+                g.raft.campaign()
+        r = self.meta.raft
+        if self._meta_fast_start and r.leader_id is None and r.term == 0:
+            up = self.transport.connected() | {self.id}
+            if len(up) > len(self.node_ids) // 2:
+                self._meta_fast_start = False
+                if self.id == min(up):  # one campaigner: no split vote on a fresh cluster
+                    r.campaign()
 
     async def _ready_loop(self) -> None:
         while True:
@@ -215,6 +244,9 @@ class Node:
         by_peer: dict[int, list[Message]] = defaultdict(list)
         for m in msgs:
             by_peer[m.to].append(m)
+            if m.entries:
+                self.stats["append_msgs"] += 1
+                self.stats["append_bytes"] += sum(len(e.data) for e in m.entries)
         for peer, ms in by_peer.items():
             self.transport.send(peer, CH_RAFT, encode_messages(ms))
 
@@ -263,9 +295,14 @@ class Node:
                     self.transport.send(p, CH_LEADERS, data)
 
     async def _gossip_loop(self) -> None:
+        n = 0
         while True:
             await asyncio.sleep(1.0)
             self._gossip_leaders(list(self.partitions.values()))
+            n += 1
+            if n % 5 == 0 and any(self.stats.values()):
+                log.info("stats: %s", dict(self.stats))
+                self.stats.clear()
 
     # ---- services for the Kafka handlers ------------------------------------------------------
 

@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 KIND_RECORDS = 0x01
+RECORDS_PREFIX = bytes((KIND_RECORDS,))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

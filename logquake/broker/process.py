@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import signal
 import sys
+import types
 from pathlib import Path
 
 from logquake.broker.nodeconfig import NodeConfig, load_node_config
@@ -25,7 +27,26 @@ def _setup_logging(cfg: NodeConfig) -> None:
         root.addHandler(h)
 
 
+def _light_kafka_import() -> None:
+    """Let `kafka.protocol`/`kafka.record` load without kafka-python's client package.
+
+    `import kafka` runs kafka/__init__.py, which imports the whole client (admin, consumer,
+    producer, network): about a second of start-up the broker never uses. A bare package
+    module with the same search path makes the submodules importable on their own."""
+    if "kafka" in sys.modules:
+        return
+    spec = importlib.util.find_spec("kafka")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    mod = types.ModuleType("kafka")
+    mod.__path__ = list(spec.submodule_search_locations)
+    mod.__file__ = spec.origin
+    mod.__spec__ = spec
+    sys.modules["kafka"] = mod
+
+
 async def _serve(cfg: NodeConfig) -> None:
+    _light_kafka_import()
     from logquake.broker.node import Node
 
     node = Node(cfg)

@@ -79,15 +79,22 @@ def parse_batches(buf: bytes | memoryview, *, verify_crc: bool = True) -> list[B
     return out
 
 
-def rewrite_batches(buf: bytes, headers: list[BatchHeader], base_offset: int, leader_epoch: int) -> bytes:
-    """Assign consecutive offsets from `base_offset`; the CRC stays valid (it starts at attributes)."""
-    out = bytearray(buf)
+def rewrite_batches(buf: bytes, headers: list[BatchHeader], base_offset: int, leader_epoch: int, *,
+                    prefix: bytes = b"") -> bytearray:
+    """`prefix + buf` with consecutive offsets from `base_offset` (one copy of the records).
+
+    The CRC stays valid: it covers the batch from its attributes on, not the base offset or
+    the partition leader epoch."""
+    k = len(prefix)
+    out = bytearray(k + len(buf))
+    out[:k] = prefix
+    out[k:] = buf
     off = base_offset
     for h in headers:
-        struct.pack_into(">q", out, h.start, off)
-        struct.pack_into(">i", out, h.start + 12, leader_epoch)
+        struct.pack_into(">q", out, k + h.start, off)
+        struct.pack_into(">i", out, k + h.start + 12, leader_epoch)
         off += h.last_offset_delta + 1
-    return bytes(out)
+    return out
 
 
 def batches_span(headers: list[BatchHeader]) -> int:

@@ -103,7 +103,8 @@ class PartitionReplica(_GroupBase):
         if not self.is_ready_leader:
             return AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER)
         base = self.next_offset
-        data = pmod.records_payload(rewrite_batches(body, headers, base, self.raft.term))
+        # A bytearray made once and never mutated after: Raft, storage and fetch only read it.
+        data = rewrite_batches(body, headers, base, self.raft.term, prefix=pmod.RECORDS_PREFIX)
         index = self.raft.propose(data)
         if index is None:
             return AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER)

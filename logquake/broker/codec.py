@@ -39,6 +39,7 @@ __all__ = [
     "Request",
     "RequestDecoder",
     "encode_response",
+    "register_api",
     "api_versions_error_response",
 ]
 
@@ -155,6 +156,14 @@ def decode_request(frame: bytes) -> Request | BadRequest:
     hdr = body.header
     return Request(api_key=api_key, api_version=version, correlation_id=corr,
                    client_id=hdr.client_id, body=body, size=len(frame))
+
+
+def register_api(api_key: int, min_version: int, max_version: int, request_cls: Any, response_cls: Any) -> None:
+    """Serve another API (issue #7's group and transaction APIs): ApiVersions advertises it,
+    the decoder decodes it. The range must lie within what kafka-python's schema knows."""
+    if not 0 <= min_version <= max_version <= request_cls.max_version:
+        raise ValueError(f"api {api_key}: range {min_version}-{max_version} outside the schema's")
+    API_RANGES[api_key] = (min_version, max_version, request_cls, response_cls)
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from logquake.broker import codec
+from logquake.broker import codec, txn_index
 from logquake.broker.codec import ApiKey, Request
 from logquake.broker.metadata import validate_topic_name
 from logquake.broker.producer_state import Outcome
@@ -241,6 +241,8 @@ class KafkaApi:
         cls = codec.API_RANGES[ApiKey.FETCH][3][req.api_version]
         T = cls.FetchableTopicResponse
         read_committed = b.isolation_level == 1
+        leak = self.node.cfg.unsafe.get("read_committed") == "leak"
+        A = T.PartitionData.AbortedTransaction
         budget = b.max_bytes if b.max_bytes > 0 else 1 << 62
         total, errors, watch, topics = 0, False, [], []
         for t in b.topics:
@@ -250,15 +252,20 @@ class KafkaApi:
                 hw = lso = -1
                 start = 0
                 records = b""
+                aborted = [] if read_committed else None
                 if rep is not None:
                     st = rep.state
-                    hw = lso = st.next_offset
+                    hw, lso = st.next_offset, st.last_stable_offset
                     start = st.log_start_offset
                     if not start <= p.fetch_offset <= hw:
                         err = OFFSET_OUT_OF_RANGE
                     else:
-                        records = self._read(rep, p.fetch_offset, hw, min(p.partition_max_bytes, budget),
+                        upper = txn_index.fetch_upper_bound(st.txns, hw, read_committed=read_committed, leak=leak)
+                        records = self._read(rep, p.fetch_offset, upper, min(p.partition_max_bytes, budget),
                                               first=total == 0)
+                        if read_committed and records:
+                            aborted = [A(producer_id=a.producer_id, first_offset=a.first_offset)
+                                       for a in txn_index.aborted_between(st.txns, p.fetch_offset, upper)]
                         budget -= len(records)
                         total += len(records)
                         watch.append(rep)
@@ -267,7 +274,7 @@ class KafkaApi:
                     self._reject(req, t.topic, p.partition, err)
                 parts.append(T.PartitionData(
                     partition_index=p.partition, error_code=err, high_watermark=hw, last_stable_offset=lso,
-                    log_start_offset=start, aborted_transactions=[] if read_committed else None,
+                    log_start_offset=start, aborted_transactions=aborted,
                     preferred_read_replica=-1, records=records))
             topics.append(T(topic=t.topic, partitions=parts))
         return topics, total, watch, errors
@@ -311,8 +318,8 @@ class KafkaApi:
                 else:
                     st = rep.state
                     epoch = rep.raft.term
-                    if p.timestamp == -1:  # latest (read_committed: the LSO, = HW until #7)
-                        off = st.next_offset
+                    if p.timestamp == -1:  # latest: the LSO for read_committed consumers
+                        off = st.last_stable_offset if b.isolation_level == 1 else st.next_offset
                     elif p.timestamp == -2:  # earliest
                         off = st.log_start_offset
                     elif p.timestamp == -3:  # max timestamp (KIP-734)

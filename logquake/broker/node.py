@@ -23,6 +23,7 @@ partitions it does not replicate.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import random
@@ -98,8 +99,16 @@ class Node:
         from logquake.broker.handlers import KafkaApi  # late: handlers import node types
 
         self.api = KafkaApi(self)
+        self._install_extensions()
         self.server = KafkaServer(self.api.handle, me.host, me.kafka_port, max_frame_bytes=cfg.max_frame_bytes)
         self.meta = self._open_metadata()
+
+    def _install_extensions(self) -> None:
+        """Issue #7's consumer-group APIs register themselves here when their module exists."""
+        if importlib.util.find_spec("logquake.broker.handlers_groups") is not None:
+            from logquake.broker.handlers_groups import install_group_apis
+
+            install_group_apis(self)
 
     # ---- life cycle ----------------------------------------------------------------------
 

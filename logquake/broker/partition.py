@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from logquake.broker import producer_state
+from logquake.broker import producer_state, txn_index
 from logquake.broker.batches import BatchInfo
 from logquake.broker.records import BatchHeader, parse_batches
 
@@ -60,6 +60,15 @@ class PartitionState:
     batches: list[BatchRef] = field(default_factory=list)
     _bases: list[int] = field(default_factory=list)  # batches' base offsets, for bisect
     producers: producer_state.ProducerStates = producer_state.EMPTY
+    txns: txn_index.TxnIndex = txn_index.EMPTY  # open transactions (LSO) and the aborted index
+
+    @property
+    def high_watermark(self) -> int:
+        return self.next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        return txn_index.last_stable_offset(self.txns, self.next_offset)
     last_term: int = 0  # term of the last applied entry (= leader epoch that wrote it)
 
     def locate(self, offset: int) -> int:
@@ -133,4 +142,7 @@ def batch_info(body: bytes | memoryview, h: BatchHeader, base: int) -> BatchInfo
 def _remember_producer(state: PartitionState, body: memoryview, h: BatchHeader, base: int) -> None:
     if h.producer_id < 0:
         return
-    state.producers = producer_state.apply_batch(state.producers, batch_info(body, h, base))
+    info = batch_info(body, h, base)
+    state.producers = producer_state.apply_batch(state.producers, info)
+    if h.is_transactional or h.is_control:
+        state.txns = txn_index.apply_batch(state.txns, info)

@@ -1,0 +1,420 @@
+"""Consumer-group Kafka APIs on a `Node`: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup,
+OffsetCommit, OffsetFetch.
+
+The coordinator of a group is the ready Raft leader of `__consumer_offsets` partition
+crc32(group) % OFFSETS_PARTITIONS (created on the first FindCoordinator). Per such partition
+this node leads, a `_Shard` holds:
+- the committed offsets and group records, folded from the partition's committed batches
+  (`offsets_log.apply_batch`) up to the high watermark before every request, so what a new
+  leader serves is exactly what the log says;
+- the live `groups.Group` membership machines, restored from the last group record when the
+  shard is made, and dropped (answering parked requests NOT_COORDINATOR) when leadership or
+  term changes.
+JoinGroup and SyncGroup park their request on a future until the group machine returns a
+reply for that member; a ticker drives session and rebalance timeouts with the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+from logquake.broker import codec, offsets_log
+from logquake.broker import group_offsets as go
+from logquake.broker.groups import Group, GroupConfig, GroupState, JoinReply, SyncReply
+from logquake.broker.kerrors import ErrorCode
+from logquake.broker.metadata import create_topic_entry
+from logquake.broker.records import parse_batches
+
+if TYPE_CHECKING:
+    from logquake.broker.codec import Request
+    from logquake.broker.node import Node
+
+__all__ = ["install_group_apis", "OFFSETS_TOPIC", "OFFSETS_PARTITIONS", "coordinator_partition"]
+
+log = logging.getLogger("logquake.broker.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITIONS = 3  # Kafka has 50; every partition here is a Raft group, so few
+TICK_S = 0.1
+E = ErrorCode
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
+# DESIGN.md §3's version ranges.
+API_SPECS: dict[int, tuple[int, int, Any, Any]] = {
+    OFFSET_COMMIT: (2, 8, OffsetCommitRequest, OffsetCommitResponse),
+    OFFSET_FETCH: (1, 7, OffsetFetchRequest, OffsetFetchResponse),
+    FIND_COORDINATOR: (0, 4, FindCoordinatorRequest, FindCoordinatorResponse),
+    JOIN_GROUP: (0, 7, JoinGroupRequest, JoinGroupResponse),
+    HEARTBEAT: (0, 4, HeartbeatRequest, HeartbeatResponse),
+    LEAVE_GROUP: (0, 4, LeaveGroupRequest, LeaveGroupResponse),
+    SYNC_GROUP: (0, 5, SyncGroupRequest, SyncGroupResponse),
+}
+
+
+def coordinator_partition(group_id: str) -> int:
+    """The `__consumer_offsets` partition whose leader coordinates `group_id`."""
+    return zlib.crc32(group_id.encode()) % OFFSETS_PARTITIONS
+
+
+def install_group_apis(node: Node) -> None:
+    """Serve the consumer-group APIs on `node` (once, after `node.api` exists)."""
+    service = GroupService(node)
+    for key, (lo, hi, req_cls, resp_cls) in API_SPECS.items():
+        register = getattr(codec, "register_api", None)
+        if register is not None:
+            register(key, lo, hi, req_cls, resp_cls)
+        else:
+            codec.API_RANGES.setdefault(key, (lo, hi, req_cls, resp_cls))
+    node.api.register(OFFSET_COMMIT, service.offset_commit)
+    node.api.register(OFFSET_FETCH, service.offset_fetch)
+    node.api.register(FIND_COORDINATOR, service.find_coordinator)
+    node.api.register(JOIN_GROUP, service.join_group)
+    node.api.register(HEARTBEAT, service.heartbeat)
+    node.api.register(LEAVE_GROUP, service.leave_group)
+    node.api.register(SYNC_GROUP, service.sync_group)
+
+
+def _response(api_key: int, req: Request, **fields: Any) -> Any:
+    return codec.API_RANGES[api_key][3][req.api_version](throttle_time_ms=0, **fields)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class _Shard:
+    """What this node, as leader of one `__consumer_offsets` partition in one term, coordinates."""
+
+    def __init__(self, rep: Any, config: GroupConfig) -> None:
+        self.rep = rep
+        self.term = rep.raft.term
+        self.config = config
+        self.offsets = go.EMPTY
+        self.applied = 0  # next Kafka offset of the partition to fold in
+        self.groups: dict[str, Group] = {}
+        self.persisted: dict[str, int] = {}  # group -> generation of its last group record
+
+    def catch_up(self) -> None:
+        st = self.rep.state
+        i = st.locate(self.applied)
+        while i < len(st.batches):
+            ref = st.batches[i]
+            self.offsets = offsets_log.apply_batch(self.offsets, self.rep.read(ref))
+            self.applied = ref.last_offset + 1
+            i += 1
+
+    def group(self, group_id: str, now_ms: int) -> Group:
+        g = self.groups.get(group_id)
+        if g is None:
+            record = self.offsets.groups.get(group_id)
+            if record is not None:
+                g = Group.restore(record, now_ms=now_ms, config=self.config)
+                self.persisted[group_id] = record.generation
+            else:
+                g = Group(group_id=group_id, config=self.config)
+            self.groups[group_id] = g
+        return g
+
+
+class GroupService:
+    """The handlers; state lives in `_Shard`s, parked requests in `waiters`."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.config = GroupConfig()
+        self.shards: dict[int, _Shard] = {}
+        self.waiters: dict[tuple[str, str, str], list[asyncio.Future[Any]]] = {}
+        self._ticker: asyncio.Task[None] | None = None
+
+    # ---- coordinator lookup ---------------------------------------------------------------
+
+    def _ensure_topic(self) -> None:
+        rf = min(3, len(self.node.node_ids))
+        self.node.propose_metadata(create_topic_entry(OFFSETS_TOPIC, OFFSETS_PARTITIONS, rf))
+
+    def _shard(self, group_id: str) -> tuple[_Shard | None, ErrorCode]:
+        info = self.node.meta.state.topics.get(OFFSETS_TOPIC)
+        if info is None:
+            self._ensure_topic()
+            return None, E.COORDINATOR_NOT_AVAILABLE
+        index = coordinator_partition(group_id)
+        rep = self.node.partitions.get(info.partitions[index].group_id)
+        if rep is None or not rep.is_ready_leader:
+            return None, E.NOT_COORDINATOR
+        shard = self.shards.get(index)
+        if shard is None or shard.term != rep.raft.term or shard.rep is not rep:
+            if shard is not None:
+                self._drop(shard)
+            shard = self.shards[index] = _Shard(rep, self.config)
+        shard.catch_up()
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+        return shard, E.NONE
+
+    def _drop(self, shard: _Shard) -> None:
+        """Leadership moved: parked requests learn it, and the membership state goes."""
+        for group_id in shard.groups:
+            for (gid, member_id, kind), futs in list(self.waiters.items()):
+                if gid == group_id:
+                    del self.waiters[(gid, member_id, kind)]
+                    reply_cls = JoinReply if kind == "join" else SyncReply
+                    for f in futs:
+                        if not f.done():
+                            f.set_result(reply_cls(member_id=member_id, error=E.NOT_COORDINATOR))
+        self.shards = {i: s for i, s in self.shards.items() if s is not shard}
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self._tick()
+            except Exception:
+                log.exception("group coordinator tick failed")
+
+    def _tick(self) -> None:
+        now = _now_ms()
+        for shard in list(self.shards.values()):
+            if not shard.rep.is_ready_leader or shard.rep.raft.term != shard.term:
+                log.info("%s: no longer coordinator (term %d)", shard.rep.name, shard.term)
+                self._drop(shard)
+                continue
+            for g in list(shard.groups.values()):
+                self._deliver(g.group_id, g.tick(now_ms=now))
+                self._persist(shard, g)
+
+    # ---- parking ----------------------------------------------------------------------------
+
+    def _park(self, group_id: str, member_id: str, kind: str) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault((group_id, member_id, kind), []).append(fut)
+        return fut
+
+    def _unpark(self, group_id: str, member_id: str, kind: str, fut: asyncio.Future[Any]) -> None:
+        futs = self.waiters.get((group_id, member_id, kind), [])
+        if fut in futs:
+            futs.remove(fut)
+        if not futs:
+            self.waiters.pop((group_id, member_id, kind), None)
+
+    def _deliver(self, group_id: str, replies: list[Any]) -> None:
+        for r in replies:
+            kind = "join" if isinstance(r, JoinReply) else "sync"
+            for f in self.waiters.pop((group_id, r.member_id, kind), []):
+                if not f.done():
+                    f.set_result(r)
+
+    def _persist(self, shard: _Shard, g: Group) -> None:
+        """Write a group record when a generation became Stable or Empty (fire and forget)."""
+        if g.state not in (GroupState.STABLE, GroupState.EMPTY) or shard.persisted.get(g.group_id) == g.generation:
+            return
+        if g.state is GroupState.EMPTY and g.group_id not in shard.persisted and g.generation == 0:
+            return  # a group only ever used for offsets
+        shard.persisted[g.group_id] = g.generation
+        out = self._append(shard, offsets_log.encode_group(g.snapshot()))
+        asyncio.ensure_future(out)
+
+    async def _append(self, shard: _Shard, batch: bytes) -> ErrorCode:
+        """Append through Raft and wait for commit; NOT_COORDINATOR if leadership went."""
+        out = shard.rep.append(batch, parse_batches(batch), -1)
+        self.node.kick()
+        if isinstance(out, asyncio.Future):
+            try:
+                out = await asyncio.wait_for(out, 30)
+            except TimeoutError:
+                return E.NOT_COORDINATOR
+        if out.error_code == NOT_LEADER_OR_FOLLOWER:
+            return E.NOT_COORDINATOR
+        if out.error_code:
+            return E(out.error_code) if out.error_code in E._value2member_map_ else E.COORDINATOR_NOT_AVAILABLE
+        shard.catch_up()
+        return E.NONE
+
+    # ---- FindCoordinator ----------------------------------------------------------------------
+
+    def find_coordinator(self, req: Request, node: Node) -> Any:
+        b, v = req.body, req.api_version
+        keys = list(b.coordinator_keys) if v >= 4 else [b.key]
+        key_type = b.key_type if v >= 1 else 0
+        found = [self._coordinator(k, key_type) for k in keys]
+        if v >= 4:
+            cls = codec.API_RANGES[FIND_COORDINATOR][3][v]
+            return _response(FIND_COORDINATOR, req, coordinators=[
+                cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e, error_message=None)
+                for k, (e, n, h, p) in zip(keys, found, strict=True)])
+        e, n, h, p = found[0]
+        return _response(FIND_COORDINATOR, req, error_code=e, error_message=None, node_id=n, host=h, port=p)
+
+    def _coordinator(self, key: str, key_type: int) -> tuple[int, int, str, int]:
+        none = (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
+        if key_type != 0:
+            return none  # transaction coordinators: not served yet
+        info = self.node.meta.state.topics.get(OFFSETS_TOPIC)
+        if info is None:
+            self._ensure_topic()
+            return none
+        leader, _ = self.node.leader_of(info.partitions[coordinator_partition(key)].group_id)
+        addr = next((n for n in self.node.cfg.nodes if n.node_id == leader), None)
+        if addr is None:
+            return none
+        return 0, addr.node_id, addr.host, addr.kafka_port
+
+    # ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -------------------------------------
+
+    async def join_group(self, req: Request, node: Node) -> Any:
+        b, v = req.body, req.api_version
+        shard, err = self._shard(b.group_id)
+        if err:
+            return self._join_response(req, JoinReply(member_id=b.member_id, error=err))
+        now = _now_ms()
+        g = shard.group(b.group_id, now)
+        new_id = f"{req.client_id or 'member'}-{uuid.uuid4()}"
+        parked_as = b.member_id or new_id
+        fut = self._park(b.group_id, parked_as, "join")
+        rebalance_ms = b.rebalance_timeout_ms if v >= 1 else b.session_timeout_ms
+        replies = g.join(member_id=b.member_id, new_member_id=new_id, client_id=req.client_id or "",
+                         client_host="", session_timeout_ms=b.session_timeout_ms, rebalance_timeout_ms=rebalance_ms,
+                         protocol_type=b.protocol_type, protocols=[(p.name, p.metadata) for p in b.protocols],
+                         now_ms=now)
+        mine = [r for r in replies if r.member_id == b.member_id and isinstance(r, JoinReply) and r.error]
+        if mine and not b.member_id:  # refused before it got an id
+            self._unpark(b.group_id, parked_as, "join", fut)
+            return self._join_response(req, mine[0])
+        self._deliver(b.group_id, replies)
+        self._persist(shard, g)
+        try:
+            reply = await asyncio.wait_for(fut, rebalance_ms / 1000 + 30)
+        except TimeoutError:
+            self._unpark(b.group_id, parked_as, "join", fut)
+            reply = JoinReply(member_id=parked_as, error=E.REBALANCE_IN_PROGRESS)
+        return self._join_response(req, reply)
+
+    def _join_response(self, req: Request, r: JoinReply) -> Any:
+        cls = codec.API_RANGES[JOIN_GROUP][3][req.api_version]
+        return _response(JOIN_GROUP, req, error_code=int(r.error), generation_id=r.generation,
+                         protocol_type=r.protocol_type, protocol_name=r.protocol_name or "", leader=r.leader_id,
+                         member_id=r.member_id, members=[
+                             cls.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
+                             for m, meta in r.members])
+
+    async def sync_group(self, req: Request, node: Node) -> Any:
+        b = req.body
+        shard, err = self._shard(b.group_id)
+        if err:
+            return self._sync_response(req, SyncReply(member_id=b.member_id, error=err))
+        g = shard.group(b.group_id, _now_ms())
+        fut = self._park(b.group_id, b.member_id, "sync")
+        assignments = {a.member_id: a.assignment for a in b.assignments} if b.assignments else None
+        self._deliver(b.group_id, g.sync(member_id=b.member_id, generation=b.generation_id, assignments=assignments,
+                                         now_ms=_now_ms()))
+        self._persist(shard, g)
+        try:
+            reply = await asyncio.wait_for(fut, 300)
+        except TimeoutError:
+            self._unpark(b.group_id, b.member_id, "sync", fut)
+            reply = SyncReply(member_id=b.member_id, error=E.REBALANCE_IN_PROGRESS)
+        return self._sync_response(req, reply)
+
+    def _sync_response(self, req: Request, r: SyncReply) -> Any:
+        return _response(SYNC_GROUP, req, error_code=int(r.error), protocol_type=r.protocol_type,
+                         protocol_name=r.protocol_name, assignment=r.assignment)
+
+    def heartbeat(self, req: Request, node: Node) -> Any:
+        b = req.body
+        shard, err = self._shard(b.group_id)
+        if not err:
+            err = shard.group(b.group_id, _now_ms()).heartbeat(member_id=b.member_id, generation=b.generation_id,
+                                                               now_ms=_now_ms())
+        return _response(HEARTBEAT, req, error_code=int(err))
+
+    def leave_group(self, req: Request, node: Node) -> Any:
+        b, v = req.body, req.api_version
+        ids = [m.member_id for m in b.members] if v >= 3 else [b.member_id]
+        shard, err = self._shard(b.group_id)
+        errors = dict.fromkeys(ids, err)
+        if not err:
+            g = shard.group(b.group_id, _now_ms())
+            errors, replies = g.leave(member_ids=ids, now_ms=_now_ms())
+            self._deliver(b.group_id, replies)
+            self._persist(shard, g)
+        cls = codec.API_RANGES[LEAVE_GROUP][3][v]
+        top = err if v >= 3 else errors[ids[0]]
+        return _response(LEAVE_GROUP, req, error_code=int(top), members=[
+            cls.MemberResponse(member_id=m, group_instance_id=None, error_code=int(e)) for m, e in errors.items()])
+
+    # ---- OffsetCommit / OffsetFetch -----------------------------------------------------------
+
+    async def offset_commit(self, req: Request, node: Node) -> Any:
+        b = req.body
+        shard, err = self._shard(b.group_id)
+        if not err:
+            err = shard.group(b.group_id, _now_ms()).check_offset_commit(
+                member_id=b.member_id, generation=b.generation_id_or_member_epoch, now_ms=_now_ms())
+        if not err:
+            now = int(time.time() * 1000)
+            records = [go.OffsetCommitRecord(
+                key=go.OffsetKey(b.group_id, t.name, p.partition_index),
+                value=go.CommittedOffset(offset=p.committed_offset, metadata=p.committed_metadata or "",
+                                         leader_epoch=getattr(p, "committed_leader_epoch", -1), commit_ms=now))
+                for t in b.topics for p in t.partitions]
+            err = await self._append(shard, offsets_log.encode_offsets(records)) if records else E.NONE
+        if err:
+            log.info("OffsetCommit of group %r from %s: %s", b.group_id, req.client_id, err.name)
+        cls = codec.API_RANGES[OFFSET_COMMIT][3][req.api_version]
+        T = cls.OffsetCommitResponseTopic
+        return _response(OFFSET_COMMIT, req, topics=[
+            T(name=t.name, partitions=[T.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                                       error_code=int(err))
+                                       for p in t.partitions]) for t in b.topics])
+
+    def offset_fetch(self, req: Request, node: Node) -> Any:
+        b, v = req.body, req.api_version
+        shard, err = self._shard(b.group_id)
+        cls = codec.API_RANGES[OFFSET_FETCH][3][v]
+        T = cls.OffsetFetchResponseTopic
+        P = T.OffsetFetchResponsePartition
+        if err:
+            topics = [T(name=t.name, partitions=[P(partition_index=i, committed_offset=-1, committed_leader_epoch=-1,
+                                                   metadata="", error_code=int(err)) for i in t.partition_indexes])
+                      for t in (b.topics or [])]
+            return _response(OFFSET_FETCH, req, error_code=int(err), topics=topics)
+        wanted: dict[str, list[int]] = {}
+        if b.topics is None:  # v2+: every partition the group has an offset for
+            for key in shard.offsets.committed:
+                if key.group_id == b.group_id:
+                    wanted.setdefault(key.topic, []).append(key.partition)
+        else:
+            wanted = {t.name: list(t.partition_indexes) for t in b.topics}
+        stable = bool(getattr(b, "require_stable", False)) and v >= 7
+        topics = []
+        for name, indexes in wanted.items():
+            parts = []
+            for i in sorted(indexes):
+                value, perr = go.fetch(shard.offsets, go.OffsetKey(b.group_id, name, i), require_stable=stable)
+                parts.append(P(partition_index=i, committed_offset=value.offset if value else -1,
+                               committed_leader_epoch=value.leader_epoch if value else -1,
+                               metadata=value.metadata if value else "", error_code=int(perr)))
+            topics.append(T(name=name, partitions=parts))
+        return _response(OFFSET_FETCH, req, error_code=0, topics=topics)

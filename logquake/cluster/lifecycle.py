@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -27,6 +28,7 @@ from logquake.cluster.host import Host, pid_alive, run_checked, wait_dead
 __all__ = ["NodeSpec", "BrokerLifecycle", "LIBFAKETIME"]
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+FAKETIME_SITE = str(Path(__file__).with_name("faketime_site"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,8 +108,9 @@ class BrokerLifecycle:
         # Only CLOCK_REALTIME is faked: a real clock fault (NTP step, bad RTC) never moves the
         # monotonic clock, and faking it would break the broker's timers in ways no real
         # deployment sees. FAKETIME_NO_CACHE makes every change visible on the next call.
+        # libfaketime then breaks Python's time.sleep; FAKETIME_SITE's sitecustomize mends it.
         return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": self.spec(node).path("faketime.rc"),
-                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": FAKETIME_SITE}
 
     def pid(self, node: str, leaf: str = "broker.pid") -> int | None:
         rc, out, _ = self.hosts[node].exec(["cat", self.spec(node).path(leaf)], timeout=20)

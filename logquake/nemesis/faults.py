@@ -140,14 +140,16 @@ class ClockFault:
                 self.target.lifecycle.set_clock(n, ms / 1000)
                 parts.append(f"{n} {ms:+d} ms")
             return "bumped " + ", ".join(parts)
-        delta_ms = 2 ** self.rng.randint(2, 16)
-        period_ms = 2 ** self.rng.randint(4, 10)
+        return self.strobe(nodes, delta=2 ** self.rng.randint(2, 16) / 1000, period=2 ** self.rng.randint(4, 10) / 1000)
+
+    def strobe(self, nodes: Sequence[str], *, delta: float, period: float) -> str:
+        """Flip the clocks of `nodes` between +delta s and true time every `period` s, until stop()."""
         self._stop_strobe()
         self._strobe_stop.clear()
-        self._strobe = threading.Thread(target=self._run_strobe, args=(nodes, delta_ms / 1000, period_ms / 1000),
+        self._strobe = threading.Thread(target=self._run_strobe, args=(nodes, delta, period),
                                         name="clock-strobe", daemon=True)
         self._strobe.start()
-        return f"strobing {','.join(nodes)} by {delta_ms} ms every {period_ms} ms"
+        return f"strobing {','.join(nodes)} by {delta * 1000:.0f} ms every {period * 1000:.0f} ms"
 
     def _run_strobe(self, nodes: Sequence[str], delta: float, period: float) -> None:
         on = False

@@ -1,0 +1,155 @@
+"""kill / pause / clock / disk faults on real processes in a real lab, through the broker lifecycle.
+
+The 'brokers' here are tests/cluster/fake_broker.py: they listen on the kafka port, write their
+wall clock and a counter to files, and append to a segment file with an fsync every 5th line.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+from cluster.labkit import fake_clock, fake_cluster, fake_counter, wait_until
+
+from logquake.cluster.lab import harness_can_reach
+from logquake.nemesis import ClockFault, DiskFault, KillFault, PauseFault
+
+pytestmark = pytest.mark.lab
+
+
+def _state(pid: int) -> str:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return raw[raw.rindex(")") + 2]
+
+
+def test_kill_and_restart(tmp_path):
+    with fake_cluster(3, tmp_path) as c:
+        lc = c.lifecycle
+        old = {n: lc.pid(n) for n in c.nodes}
+        fault = KillFault(c, random.Random(0))
+        desc = fault.start("majority")
+        killed = desc.removeprefix("killed ").split(",")
+        assert len(killed) == 2
+        for n in c.nodes:
+            assert lc.is_up(n) == (n not in killed)
+        for n in killed:
+            assert not harness_can_reach(c.addresses[n], 9092)
+        assert fault.stop() == f"started {','.join(killed)}"
+        for n in killed:
+            assert lc.pid(n) != old[n]
+            wait_until(lambda n=n: harness_can_reach(c.addresses[n], 9092), what=f"{n} listening again")
+        assert all(lc.is_up(n) for n in c.nodes)
+
+
+def test_pause_really_stops_the_process_and_resume_continues(tmp_path):
+    with fake_cluster(2, tmp_path) as c:
+        fault = PauseFault(c, random.Random(0))
+        assert fault.start("one").startswith("paused ")
+        (node,) = fault.paused
+        pid = c.lifecycle.pid(node)
+        wait_until(lambda: _state(pid) == "T", what="stopped state")
+        frozen = fake_counter(c, node)
+        other = next(n for n in c.nodes if n != node)
+        moving = fake_counter(c, other)
+        # the unpaused node advances by 10+ steps while the paused one does not move at all
+        wait_until(lambda: fake_counter(c, other) >= moving + 10, what="other node to advance")
+        assert fake_counter(c, node) == frozen
+        assert c.lifecycle.is_up(node)  # paused is still up
+        fault.stop()
+        wait_until(lambda: fake_counter(c, node) > frozen, what="resumed node to advance")
+
+
+def test_clock_bump_is_seen_by_the_process_and_reset_restores(tmp_path):
+    with fake_cluster(2, tmp_path, faketime=True) as c:
+        def skew(n: str) -> float:
+            return fake_clock(c, n) - time.time()
+
+        for n in c.nodes:
+            assert abs(skew(n)) < 5
+        c.lifecycle.set_clock("n1", 3600)
+        wait_until(lambda: abs(skew("n1") - 3600) < 5, what="n1 one hour ahead")
+        assert abs(skew("n2")) < 5
+        fault = ClockFault(c, random.Random(3))
+        desc = fault.start("bump")
+        assert desc.startswith("bumped ")
+        fault.stop()
+        for n in c.nodes:
+            wait_until(lambda n=n: abs(skew(n)) < 5, what=f"{n} back to true time")
+
+
+def test_clock_strobe_flips_between_skewed_and_true_time(tmp_path):
+    with fake_cluster(1, tmp_path, faketime=True) as c:
+        fault = ClockFault(c, random.Random(0))
+        desc = fault.strobe(["n1"], delta=5.0, period=0.3)
+        assert desc == "strobing n1 by 5000 ms every 300 ms"
+        seen = set()
+
+        def both() -> bool:
+            s = fake_clock(c, "n1") - time.time()
+            seen.add("skewed" if 3 < s < 7 else "true" if abs(s) < 1 else "?")
+            return {"skewed", "true"} <= seen
+
+        wait_until(both, timeout=60, what="both clock states")
+        fault.stop()
+        wait_until(lambda: abs(fake_clock(c, "n1") - time.time()) < 1, what="true time after stop")
+
+
+def _synced(c, n: str) -> int:
+    return int(Path(c.lifecycle.spec(n).path("synced")).read_text())
+
+
+def _segment_lines(c, n: str) -> list[str]:
+    seg = c.lifecycle.spec(n).path("data") + "/topic-0/00000000000000000001.seg"
+    out = c.hosts[n].exec(["cat", seg]).out  # through the node's own view (the FUSE mount)
+    return out.splitlines()
+
+
+def test_lose_unfsynced_drops_exactly_the_unsynced_tail(tmp_path):
+    with fake_cluster(1, tmp_path, lazyfs=True) as c:
+        wait_until(lambda: len(_segment_lines(c, "n1")) >= 23, what="some writes")
+        c.lifecycle.kill("n1")
+        written = _segment_lines(c, "n1")
+        synced = _synced(c, "n1")
+        assert synced % 5 == 0 and len(written) >= synced
+        c.lifecycle.drop_unsynced("n1")
+        after = _segment_lines(c, "n1")
+        assert after == [f"{i:08d}" for i in range(1, synced + 1)]
+        # and the restarted writer continues from what survived
+        c.lifecycle.start("n1")
+        wait_until(lambda: len(_segment_lines(c, "n1")) > synced + 5, what="writes after restart")
+
+
+def test_disk_fault_lose_unfsynced_and_corrupt_tail(tmp_path):
+    with fake_cluster(3, tmp_path, lazyfs=True) as c:
+        fault = DiskFault(c, random.Random(1))
+        assert set(fault.variants) == {"lose-unfsynced", "corrupt-tail"}
+        for n in c.nodes:
+            wait_until(lambda n=n: len(_segment_lines(c, n)) >= 12, what=f"writes on {n}")
+        desc = fault.start("corrupt-tail")
+        (node,) = fault.crashed
+        assert "truncated" in desc or "flipped" in desc
+        assert ".seg" in desc
+        assert not c.lifecycle.is_up(node)
+        fault.stop()
+        assert c.lifecycle.is_up(node)
+        desc = fault.start("lose-unfsynced")
+        assert "unsynced writes dropped" in desc
+        fault.heal()
+        assert all(c.lifecycle.is_up(n) for n in c.nodes)
+
+
+def test_corrupt_tail_really_changes_the_tail(tmp_path):
+    with fake_cluster(1, tmp_path) as c:
+        wait_until(lambda: len(_segment_lines(c, "n1")) >= 10, what="writes")
+        c.lifecycle.kill("n1")
+        before = _segment_lines(c, "n1")
+        fault = DiskFault(c, random.Random(0))
+        assert fault.variants == ("corrupt-tail",)  # no LazyFS: only what works without it
+        fault.rng = random.Random(4)
+        fault.crashed = []
+        out = fault._corrupt("n1")
+        after = _segment_lines(c, "n1")
+        assert after != before and "00000000000000000001.seg" in out
+        assert after[:-8] == before[: len(after[:-8])]  # only the tail was touched

@@ -101,3 +101,26 @@ def test_list_offsets_and_watermarks(cluster) -> None:
         assert tp.offset == -1  # no record that late: Kafka answers "no offset"
     finally:
         c.close()
+
+
+def test_confluent_idempotent_producer(cluster) -> None:
+    """enable.idempotence: InitProducerId, then sequenced batches accepted in order."""
+    topic = "idem"
+    cluster.create_topic(topic)
+    values = _values(topic, 500)
+    offsets, errors = confluent_produce(cluster.bootstrap_servers, topic, values,
+                                        extra={"enable.idempotence": True, "linger.ms": 1})
+    assert errors == [] and sorted(offsets) == list(range(500))
+    _check_log(confluent_consume(cluster.bootstrap_servers, topic, 500), values)
+
+
+def test_default_confluent_producer_works(cluster) -> None:
+    """A producer with nothing but bootstrap.servers (auto-creating its topic)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    acked: list[int] = []
+    for i in range(20):
+        p.produce("defaults", str(i).encode(), on_delivery=lambda e, m: e is None and acked.append(m.offset()))
+    assert p.flush(60) == 0
+    assert sorted(acked) == list(range(20))

@@ -207,6 +207,9 @@ class Node:
             await self._process_readies()
 
     async def _process_readies(self) -> None:
+        # Leadership changes (from steps and ticks since the last turn) are handled before
+        # applying: a new leader's readiness is set while applying its own no-op, never undone.
+        self._check_leadership()
         readies: list[tuple[Any, Ready]] = []
         for g in list(self.groups.values()):
             if g.raft.has_ready():

@@ -182,6 +182,8 @@ class PartitionReplica(_GroupBase):
 
     def wait_for_data(self) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if len(self._hw_waiters) > 256:  # long polls on an idle partition: drop the finished ones
+            self._hw_waiters = [f for f in self._hw_waiters if not f.done()]
         self._hw_waiters.append(fut)
         return fut
 

@@ -2,7 +2,7 @@
 
 from logquake.cluster.cluster import Cluster, attach_cluster, node_names, open_cluster, partition_leaders
 from logquake.cluster.host import ExecResult, Host, run_checked, shell_join
-from logquake.cluster.lab import LabHost, create_lab, lab_hosts, stop_lab
+from logquake.cluster.lab import LabHost, create_lab, lab_hosts, prepare_lab, stop_lab
 from logquake.cluster.lifecycle import BrokerLifecycle, NodeSpec
 from logquake.cluster.state import LabState, destroy, load_states, state_dir
 from logquake.cluster.userns import enter_private_userns, in_private_userns, is_real_root, join_userns
@@ -27,6 +27,7 @@ __all__ = [
     "node_names",
     "open_cluster",
     "partition_leaders",
+    "prepare_lab",
     "run_checked",
     "shell_join",
     "state_dir",

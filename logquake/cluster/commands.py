@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from logquake.cluster.cluster import attach_cluster, open_cluster
+from logquake.cluster.lab import prepare_lab
 from logquake.cluster.state import LabState, destroy, is_running, load_states
 from logquake.cluster.userns import in_private_userns, join_userns
 from logquake.config import TestConfig
@@ -19,6 +20,7 @@ __all__ = ["cluster_up", "cluster_status", "cluster_down"]
 
 def cluster_up(*, nodes: int, run_dir: Path | None, wait: float, console: Console) -> None:
     """Start a lab cluster that outlives this command; print its bootstrap servers."""
+    prepare_lab()  # before the spinner's thread: a user namespace needs a single-threaded process
     cfg = TestConfig(nodes=nodes, replication_factor=min(3, nodes))
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="logquake-lab-"))
     with console.status(f"starting {nodes} lab nodes"):

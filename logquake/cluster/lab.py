@@ -32,7 +32,7 @@ from logquake.cluster.state import LabState, destroy, load_states, proc_ref, sta
 from logquake.cluster.userns import enter_private_userns, in_private_userns, is_real_root, spawn_anchor
 from logquake.errors import HostError, MissingPrerequisite
 
-__all__ = ["LabHost", "create_lab", "stop_lab", "lab_hosts", "harness_can_reach", "check_lab_prerequisites", "IPTABLES"]
+__all__ = ["LabHost", "prepare_lab", "create_lab", "stop_lab", "lab_hosts", "harness_can_reach", "check_lab_prerequisites", "IPTABLES"]
 
 TOOLS = ("ip", "nsenter", "unshare", "setsid", "ps")
 IPTABLES = ("iptables-nft", "iptables-legacy")  # nft first: legacy needs /run/xtables.lock, absent in a userns
@@ -162,14 +162,23 @@ def _detect_iptables(host: LabHost) -> str:
                               hint="install iptables (nft backend) or load the ip_tables module")
 
 
-def create_lab(nodes: Sequence[str], run_dir: Path) -> LabState:
-    """Build namespaces, bridge and veths for `nodes`; recorded in a state file as it goes."""
+def prepare_lab() -> None:
+    """Check tools and, when not root, enter the private user namespace.
+
+    Call it before the process starts any thread (a spinner, a Kafka client): unshare(2) of a
+    user namespace refuses multi-threaded callers. `create_lab` calls it too; it is idempotent.
+    """
     check_lab_prerequisites()
     state_dir()  # decide the state directory by the real uid, before any userns
+    if not is_real_root() and not in_private_userns():
+        enter_private_userns()
+
+
+def create_lab(nodes: Sequence[str], run_dir: Path) -> LabState:
+    """Build namespaces, bridge and veths for `nodes`; recorded in a state file as it goes."""
+    prepare_lab()
     anchor = None
     if not is_real_root():
-        if not in_private_userns():
-            enter_private_userns()
         anchor = proc_ref(spawn_anchor())
     cid = os.urandom(3).hex()
     with state_lock():

@@ -124,7 +124,7 @@ class LocalCluster:
             return
         stderr = open(self.node_dir(node_id) / "stderr.log", "ab")  # noqa: SIM115 - owned by the child
         self.procs[node_id] = subprocess.Popen(
-            [sys.executable, "-m", "logquake", "broker", "--node-id", str(node_id),
+            [sys.executable, "-m", "logquake.broker", "--node-id", str(node_id),
              "--config", str(self.config_path(node_id))],
             stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
         stderr.close()

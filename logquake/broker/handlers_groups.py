@@ -38,6 +38,7 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 from logquake.broker import codec, offsets_log
 from logquake.broker import group_offsets as go
@@ -50,18 +51,21 @@ if TYPE_CHECKING:
     from logquake.broker.codec import Request
     from logquake.broker.node import Node
 
-__all__ = ["install_group_apis", "OFFSETS_TOPIC", "OFFSETS_PARTITIONS", "coordinator_partition"]
+__all__ = ["install_group_apis", "OFFSETS_TOPIC", "TXN_STATE_TOPIC", "OFFSETS_PARTITIONS", "coordinator_partition"]
 
 log = logging.getLogger("logquake.broker.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_PARTITIONS = 3  # Kafka has 50; every partition here is a Raft group, so few
+TXN_STATE_TOPIC = "__transaction_state"
+OFFSETS_PARTITIONS = 3  # for both topics; Kafka has 50, but every partition here is a Raft group
+COORDINATOR_TOPICS = {0: OFFSETS_TOPIC, 1: TXN_STATE_TOPIC}  # FindCoordinator key type -> topic
 TICK_S = 0.1
 E = ErrorCode
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
+TXN_OFFSET_COMMIT = 28
 # DESIGN.md §3's version ranges.
 API_SPECS: dict[int, tuple[int, int, Any, Any]] = {
     OFFSET_COMMIT: (2, 8, OffsetCommitRequest, OffsetCommitResponse),
@@ -71,6 +75,7 @@ API_SPECS: dict[int, tuple[int, int, Any, Any]] = {
     HEARTBEAT: (0, 4, HeartbeatRequest, HeartbeatResponse),
     LEAVE_GROUP: (0, 4, LeaveGroupRequest, LeaveGroupResponse),
     SYNC_GROUP: (0, 5, SyncGroupRequest, SyncGroupResponse),
+    TXN_OFFSET_COMMIT: (0, 3, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
 }
 
 
@@ -79,15 +84,22 @@ def coordinator_partition(group_id: str) -> int:
     return zlib.crc32(group_id.encode()) % OFFSETS_PARTITIONS
 
 
-def install_group_apis(node: Node) -> None:
-    """Serve the consumer-group APIs on `node` (once, after `node.api` exists)."""
-    service = GroupService(node)
-    for key, (lo, hi, req_cls, resp_cls) in API_SPECS.items():
+def register_ranges(specs: dict[int, tuple[int, int, Any, Any]]) -> None:
+    """Make the codec decode (and ApiVersions advertise) these APIs."""
+    for key, (lo, hi, req_cls, resp_cls) in specs.items():
         register = getattr(codec, "register_api", None)
         if register is not None:
             register(key, lo, hi, req_cls, resp_cls)
         else:
             codec.API_RANGES.setdefault(key, (lo, hi, req_cls, resp_cls))
+
+
+def install_group_apis(node: Node) -> None:
+    """Serve the consumer-group and transaction APIs on `node` (once, after `node.api` exists)."""
+    from logquake.broker.handlers_txn import install_txn_apis
+
+    service = GroupService(node)
+    register_ranges(API_SPECS)
     node.api.register(OFFSET_COMMIT, service.offset_commit)
     node.api.register(OFFSET_FETCH, service.offset_fetch)
     node.api.register(FIND_COORDINATOR, service.find_coordinator)
@@ -95,6 +107,13 @@ def install_group_apis(node: Node) -> None:
     node.api.register(HEARTBEAT, service.heartbeat)
     node.api.register(LEAVE_GROUP, service.leave_group)
     node.api.register(SYNC_GROUP, service.sync_group)
+    node.api.register(TXN_OFFSET_COMMIT, service.txn_offset_commit)
+    install_txn_apis(node)
+
+
+def ensure_topic(node: Node, topic: str) -> None:
+    """Ask the metadata group for an internal topic (a no-op once it exists)."""
+    node.propose_metadata(create_topic_entry(topic, OFFSETS_PARTITIONS, min(3, len(node.node_ids))))
 
 
 def _response(api_key: int, req: Request, **fields: Any) -> Any:
@@ -151,14 +170,10 @@ class GroupService:
 
     # ---- coordinator lookup ---------------------------------------------------------------
 
-    def _ensure_topic(self) -> None:
-        rf = min(3, len(self.node.node_ids))
-        self.node.propose_metadata(create_topic_entry(OFFSETS_TOPIC, OFFSETS_PARTITIONS, rf))
-
     def _shard(self, group_id: str) -> tuple[_Shard | None, ErrorCode]:
         info = self.node.meta.state.topics.get(OFFSETS_TOPIC)
         if info is None:
-            self._ensure_topic()
+            ensure_topic(self.node, OFFSETS_TOPIC)
             return None, E.COORDINATOR_NOT_AVAILABLE
         index = coordinator_partition(group_id)
         rep = self.node.partitions.get(info.partitions[index].group_id)
@@ -269,11 +284,12 @@ class GroupService:
 
     def _coordinator(self, key: str, key_type: int) -> tuple[int, int, str, int]:
         none = (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
-        if key_type != 0:
-            return none  # transaction coordinators: not served yet
-        info = self.node.meta.state.topics.get(OFFSETS_TOPIC)
+        topic = COORDINATOR_TOPICS.get(key_type)
+        if topic is None:
+            return none
+        info = self.node.meta.state.topics.get(topic)
         if info is None:
-            self._ensure_topic()
+            ensure_topic(self.node, topic)
             return none
         leader, _ = self.node.leader_of(info.partitions[coordinator_partition(key)].group_id)
         addr = next((n for n in self.node.cfg.nodes if n.node_id == leader), None)
@@ -418,3 +434,25 @@ class GroupService:
                                metadata=value.metadata if value else "", error_code=int(perr)))
             topics.append(T(name=name, partitions=parts))
         return _response(OFFSET_FETCH, req, error_code=0, topics=topics)
+
+    async def txn_offset_commit(self, req: Request, node: Node) -> Any:
+        """TxnOffsetCommit: offsets written now, visible when the transaction's COMMIT marker lands here."""
+        b = req.body
+        shard, err = self._shard(b.group_id)
+        if not err:
+            now = int(time.time() * 1000)
+            records = [go.OffsetCommitRecord(
+                key=go.OffsetKey(b.group_id, t.name, p.partition_index),
+                value=go.CommittedOffset(offset=p.committed_offset, metadata=p.committed_metadata or "",
+                                         leader_epoch=getattr(p, "committed_leader_epoch", -1), commit_ms=now),
+                producer_id=b.producer_id)
+                for t in b.topics for p in t.partitions]
+            err = await self._append(shard, offsets_log.encode_offsets(records)) if records else E.NONE
+        if err:
+            log.info("TxnOffsetCommit of group %r from %s: %s", b.group_id, req.client_id, err.name)
+        cls = codec.API_RANGES[TXN_OFFSET_COMMIT][3][req.api_version]
+        T = cls.TxnOffsetCommitResponseTopic
+        return _response(TXN_OFFSET_COMMIT, req, topics=[
+            T(name=t.name, partitions=[T.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                                           error_code=int(err))
+                                       for p in t.partitions]) for t in b.topics])

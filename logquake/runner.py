@@ -36,7 +36,7 @@ from logquake.config import TestConfig, save_config
 from logquake.errors import LogquakeError, NotImplementedYet
 from logquake.history import FAIL, INFO, NEMESIS, OK, HistoryWriter, Op, load_history
 from logquake.results import store
-from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, WithTimeout, make_client, make_generator
+from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, make_client, make_generator
 from logquake.workloads.client import Client, complete
 
 log = logging.getLogger("logquake.runner")
@@ -141,79 +141,77 @@ class Pacer:
 
 
 class Worker:
-    """One client thread: asks the generator, invokes, records; a new process after info."""
+    """One client thread: asks the generator, invokes, records; a new process after info.
 
-    def __init__(
-        self,
-        index: int,
-        *,
-        cfg: TestConfig,
-        gen: QueueGenerator,
-        gen_lock: threading.Lock,
-        recorder: Recorder,
-        bootstrap: str,
-        make: Callable[[], Client],
-    ) -> None:
+    A call that hangs past CALL_TIMEOUT is completed as info by the crew's watchdog, which
+    then abandons this worker (its thread exits when the call returns, recording nothing)
+    and starts a successor with a fresh client, as Jepsen's client timeout does. Watching
+    from one thread costs nothing per op, unlike handing every call to a helper thread.
+    """
+
+    def __init__(self, index: int, process: int, crew: Crew) -> None:
         self.index = index
-        self.cfg = cfg
-        self.gen = gen
-        self.gen_lock = gen_lock
-        self.recorder = recorder
-        self.bootstrap = bootstrap
-        self.make = make
-        self.process = index
-        self.client: WithTimeout | None = None
+        self.process = process
+        self.crew = crew
+        self.client: Client | None = None
+        self.abandoned = False
+        self.broken = False
 
     def _ensure_client(self, stop: threading.Event) -> bool:
         while self.client is None:
-            client = WithTimeout(self.make(), timeout=CALL_TIMEOUT)
+            client = self.crew.make()
             try:
-                client.open(self.bootstrap)
+                client.open(self.crew.bootstrap)
                 self.client = client
             except Exception as e:  # noqa: BLE001 - a client that cannot connect yet: retry
                 log.warning("worker %d: could not open a client: %s", self.index, e)
-                client.close()
+                _close_aside(client)
                 if stop.wait(1.0):
                     return False
         return True
 
     def _drop_client(self) -> None:
         if self.client is not None:
-            self.client.close()
+            _close_aside(self.client)
             self.client = None
-            with self.gen_lock:
-                self.gen.fresh_client(self.index)
+            self.broken = False
+            with self.crew.gen_lock:
+                self.crew.gen.fresh_client(self.index)
 
     def run(self, phase: str, stop: threading.Event, pacer: Pacer | None) -> None:
         """Run ops of `phase` until `stop` is set or the generator has nothing left."""
-        while not stop.is_set():
+        while not stop.is_set() and not self.abandoned:
             if not self._ensure_client(stop):
                 return
             if pacer is not None and not pacer.wait(stop):
                 return
             ctx = Context(worker=self.index, process=self.process, phase=phase)
-            with self.gen_lock:
-                op = self.gen.op(ctx)
+            with self.crew.gen_lock:
+                op = self.crew.gen.op(ctx)
             if op is None:
                 return
             self.step(ctx, op)
 
-    def step(self, ctx: Context, op: Op) -> Op:
-        """Invoke one op and record both ends; returns the completion."""
+    def step(self, ctx: Context, op: Op) -> Op | None:
+        """Invoke one op and record both ends; the completion, or None if the call timed out."""
         assert self.client is not None
-        inv = self.recorder.record(op)
+        crew = self.crew
+        inv = crew.recorder.record(op)
+        crew.watchdog.arm(self, ctx, inv)
         try:
             done = self.client.invoke(inv)
         except Exception as e:  # noqa: BLE001 - an adapter bug must not leave the op dangling
             log.error("worker %d: client raised on %s:\n%s", self.index, inv.f, traceback.format_exc())
             done = complete(inv, INFO, inv.value, error=f"{type(e).__name__}: {e}")
-            self.client.broken = True
-        done = self.recorder.record(replace(done, process=inv.process, f=inv.f))
-        with self.gen_lock:
-            self.gen.update(ctx, done)
+            self.broken = True
+        if not crew.watchdog.disarm(self):
+            return None  # the watchdog completed this op as info and replaced this worker
+        done = crew.recorder.record(replace(done, process=inv.process, f=inv.f))
+        with crew.gen_lock:
+            crew.gen.update(ctx, done)
         if done.type == INFO:
-            self.process += self.cfg.concurrency
-        if done.f == "crash" or self.client.broken:
+            self.process += crew.cfg.concurrency
+        if done.f == "crash" or self.broken:
             self._drop_client()
         return done
 
@@ -223,20 +221,110 @@ class Worker:
             self.client = None
 
 
-def run_workers(workers: list[Worker], phase: str, stop: threading.Event, pacer: Pacer | None) -> list[threading.Thread]:
-    threads = [
-        threading.Thread(target=w.run, args=(phase, stop, pacer), name=f"worker-{w.index}", daemon=True)
-        for w in workers
-    ]
-    for t in threads:
+def _close_aside(client: Client) -> None:
+    """Close a client on a daemon thread: closing under a hung call may block."""
+    threading.Thread(target=client.close, daemon=True, name="client-close").start()
+
+
+class Watchdog:
+    """Completes calls that run past `timeout` as info and hands the worker's place on."""
+
+    def __init__(self, timeout: float, on_expire: Callable[[Worker, Context, Op], None]) -> None:
+        self.timeout = timeout
+        self.on_expire = on_expire
+        self._armed: dict[int, tuple[float, Worker, Context, Op]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="watchdog")
+        self._thread.start()
+
+    def arm(self, w: Worker, ctx: Context, inv: Op) -> None:
+        with self._lock:
+            self._armed[id(w)] = (time.monotonic() + self.timeout, w, ctx, inv)
+
+    def disarm(self, w: Worker) -> bool:
+        """False if the call had already expired (the worker must then stop)."""
+        with self._lock:
+            return self._armed.pop(id(w), None) is not None
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.25):
+            now = time.monotonic()
+            with self._lock:
+                expired = [e for e in self._armed.values() if e[0] <= now]
+                for _, w, _, _ in expired:
+                    del self._armed[id(w)]
+            for _, w, ctx, inv in expired:
+                self.on_expire(w, ctx, inv)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class Crew:
+    """The workers of a run, their threads, and what they share."""
+
+    def __init__(self, cfg: TestConfig, gen: QueueGenerator, recorder: Recorder, bootstrap: str,
+                 make: Callable[[], Client], *, call_timeout: float | None = None) -> None:
+        self.cfg = cfg
+        self.gen = gen
+        self.gen_lock = threading.Lock()
+        self.recorder = recorder
+        self.bootstrap = bootstrap
+        self.make = make
+        self.workers = [Worker(i, i, self) for i in range(cfg.concurrency)]
+        self.threads: list[tuple[threading.Thread, Worker]] = []
+        self._lock = threading.Lock()
+        self._phase: tuple[str, threading.Event, Pacer | None] | None = None
+        self.watchdog = Watchdog(call_timeout or CALL_TIMEOUT, self._expired)
+
+    def _spawn(self, w: Worker) -> None:
+        assert self._phase is not None
+        t = threading.Thread(target=w.run, args=self._phase, name=f"worker-{w.index}", daemon=True)
+        self.threads.append((t, w))
         t.start()
-    return threads
 
+    def start(self, phase: str, stop: threading.Event, pacer: Pacer | None) -> None:
+        with self._lock:
+            self._phase = (phase, stop, pacer)
+            self.threads = []
+            for w in self.workers:
+                self._spawn(w)
 
-def join_all(threads: list[threading.Thread], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+    def _expired(self, w: Worker, ctx: Context, inv: Op) -> None:
+        log.warning("worker %d: %s still running after %.0f s: info, fresh client", w.index, inv.f,
+                    self.watchdog.timeout)
+        w.abandoned = True
+        done = self.recorder.record(complete(inv, INFO, inv.value, error="timeout"))
+        with self.gen_lock:
+            self.gen.update(ctx, done)
+            self.gen.fresh_client(w.index)
+        successor = Worker(w.index, w.process + self.cfg.concurrency, self)
+        if w.client is not None:
+            _close_aside(w.client)
+            w.client = None
+        with self._lock:
+            self.workers[w.index] = successor
+            self._spawn(successor)
+
+    def _alive(self) -> list[threading.Thread]:
+        """Threads of the phase still running, successors included, abandoned ones not."""
+        with self._lock:
+            return [t for t, w in self.threads if t.is_alive() and not w.abandoned]
+
+    def join(self, timeout: float) -> None:
+        """Wait for the phase's threads, at most `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while (alive := self._alive()) and time.monotonic() < deadline:
+            alive[0].join(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def alive(self) -> bool:
+        return bool(self._alive())
+
+    def close(self) -> None:
+        self.watchdog.close()
+        for w in self.workers:
+            w.close()
 
 
 # -- the seams to other subpackages ----------------------------------------------------
@@ -397,19 +485,13 @@ def _run_phases(
 ) -> None:
     """Phases 3-8; every exit path heals and tears down."""
     assert cfg.seed is not None
-    gen = make_generator(cfg)
-    gen_lock = threading.Lock()
     stats.phase = "cluster"
     with open_cluster(cfg, run_dir) as cluster:
-        workers: list[Worker] = []
+        crew: Crew | None = None
         nemesis = scheduler = None
         try:
             cluster.wait_ready(120.0)
-            workers = [
-                Worker(i, cfg=cfg, gen=gen, gen_lock=gen_lock, recorder=recorder,
-                       bootstrap=cluster.bootstrap_servers, make=lambda: make(cfg))
-                for i in range(cfg.concurrency)
-            ]
+            crew = Crew(cfg, make_generator(cfg), recorder, cluster.bootstrap_servers, lambda: make(cfg))
             if cfg.nemesis:
                 from logquake.nemesis import NemesisScheduler, build_nemesis
 
@@ -419,19 +501,19 @@ def _run_phases(
                     nemesis, interval=cfg.nemesis_interval, rng=random.Random(f"schedule-{cfg.seed}"),
                     record=recorder.record,
                 )
-            _main_phase(cfg, workers, scheduler, stats, stop)
+            _main_phase(cfg, crew, scheduler, stats, stop)
             _heal(scheduler, stats)
             scheduler = None
             if not stop.is_set():
                 stats.phase = "recovery"
                 stop.wait(cfg.recovery_time)
             if not stop.is_set():
-                _drain_phase(cfg, workers, stats, stop)
+                _drain_phase(cfg, crew, stats, stop)
         finally:
             _heal(scheduler, stats)
             stats.phase = "teardown"
-            for w in workers:
-                w.close()
+            if crew is not None:
+                crew.close()
             if nemesis is not None:
                 with _logged("nemesis teardown"):
                     nemesis.teardown()
@@ -439,19 +521,18 @@ def _run_phases(
                 cluster.collect_logs(run_dir / store.NODES)
 
 
-def _main_phase(cfg: TestConfig, workers: list[Worker], scheduler: Any, stats: Stats, stop: threading.Event) -> None:
+def _main_phase(cfg: TestConfig, crew: Crew, scheduler: Any, stats: Stats, stop: threading.Event) -> None:
     stats.phase = MAIN
     stats.started = time.monotonic()
     phase_over = threading.Event()
-    pacer = Pacer(cfg.rate)
     if scheduler is not None:
         scheduler.start()
-    threads = run_workers(workers, MAIN, phase_over, pacer)
+    crew.start(MAIN, phase_over, Pacer(cfg.rate))
     deadline = time.monotonic() + cfg.time_limit
     while not stop.is_set() and time.monotonic() < deadline:
         stop.wait(min(0.2, max(0.0, deadline - time.monotonic())))
     phase_over.set()
-    join_all(threads, CALL_TIMEOUT + 5)
+    crew.join(CALL_TIMEOUT + 5)
 
 
 def _heal(scheduler: Any, stats: Stats) -> None:
@@ -462,15 +543,15 @@ def _heal(scheduler: Any, stats: Stats) -> None:
         scheduler.stop_and_heal()
 
 
-def _drain_phase(cfg: TestConfig, workers: list[Worker], stats: Stats, stop: threading.Event) -> None:
+def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Event) -> None:
     stats.phase = DRAIN
     over = threading.Event()
-    threads = run_workers(workers, DRAIN, over, None)
+    crew.start(DRAIN, over, None)
     deadline = time.monotonic() + cfg.drain_time
-    while any(t.is_alive() for t in threads) and not stop.is_set() and time.monotonic() < deadline:
+    while crew.alive() and not stop.is_set() and time.monotonic() < deadline:
         stop.wait(0.2)
     over.set()
-    join_all(threads, CALL_TIMEOUT + 5)
+    crew.join(CALL_TIMEOUT + 5)
 
 
 @contextlib.contextmanager

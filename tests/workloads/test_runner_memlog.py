@@ -77,3 +77,34 @@ def test_a_log_that_loses_acknowledged_writes_is_invalid(tmp_path):
     assert out.valid is False and out.exit_code == 1
     assert {"lost-write", "inconsistent-offsets"} & set(out.results["bad_error_types"])
     assert "<failure" in (out.run_dir / "junit.xml").read_text()
+
+
+class _HangOnce(MemClient):
+    """Hangs on its first send until released: a client call that never returns in time."""
+
+    hung = threading.Event()
+    release = threading.Event()
+
+    def invoke(self, op):
+        if op.f == "send" and not self.hung.is_set():
+            self.hung.set()
+            self.release.wait(60)
+        return super().invoke(op)
+
+
+def test_a_hung_call_becomes_info_and_a_fresh_worker_takes_over(tmp_path, monkeypatch):
+    from logquake import runner
+
+    monkeypatch.setattr(runner, "CALL_TIMEOUT", 1.0)
+    log = MemLog()
+    try:
+        out = run_test(_cfg(tmp_path, time_limit=3, concurrency=2), make=lambda cfg: _HangOnce(log))
+    finally:
+        _HangOnce.release.set()
+    ops = load_history(out.run_dir / "history.jsonl")
+    timeouts = [o for o in ops if o.get("error") == "timeout"]
+    assert len(timeouts) == 1 and timeouts[0].type == "info" and timeouts[0].f == "send"
+    p = timeouts[0].process
+    assert not [o for o in ops if o.process == p and o.index > timeouts[0].index]
+    assert [o for o in ops if o.process == p + 2 and o.type == "ok"]  # the successor went on
+    assert out.valid is True

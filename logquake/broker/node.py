@@ -46,12 +46,12 @@ from logquake.broker.raft import (
     RaftNode,
     Ready,
     decode_messages,
-    encode_messages,
 )
 from logquake.broker.replica import MetadataReplica, PartitionReplica
 from logquake.broker.server import KafkaServer
 from logquake.broker.storage_adapter import open_store
 from logquake.broker.transport import PeerTransport
+from logquake.broker.wire import encode_message_parts
 
 __all__ = ["Node"]
 
@@ -260,7 +260,7 @@ class Node:
                 self.stats["append_msgs"] += 1
                 self.stats["append_bytes"] += sum(len(e.data) for e in m.entries)
         for peer, ms in by_peer.items():
-            self.transport.send(peer, CH_RAFT, encode_messages(ms))
+            self.transport.send(peer, CH_RAFT, encode_message_parts(ms))
 
     async def _sync(self, written: list[Any]) -> None:
         """fsync per policy. Only the ready loop writes or syncs logs, so the thread never races

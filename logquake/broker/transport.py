@@ -64,13 +64,18 @@ class PeerTransport:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def send(self, peer: int, group: int, payload: bytes) -> None:
-        """Queue a payload for `peer`; flushed with everything else queued in this loop turn."""
+    def send(self, peer: int, group: int, payload: bytes | list[bytes]) -> None:
+        """Queue a payload (or its parts, sent without joining them) for `peer`; flushed with
+        everything else queued in this loop turn."""
         if peer in self.dropped or peer not in self._writers:
             return
         q = self._queued.setdefault(peer, [])
-        q.append(_REC.pack(group, len(payload)))
-        q.append(payload)
+        if isinstance(payload, list):
+            q.append(_REC.pack(group, sum(len(p) for p in payload)))
+            q.extend(payload)
+        else:
+            q.append(_REC.pack(group, len(payload)))
+            q.append(payload)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)

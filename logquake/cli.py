@@ -44,7 +44,7 @@ def _not_yet(what: str, issue: int) -> NoReturn:
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Test config YAML.")] = None,
     nodes: Annotated[int | None, typer.Option(help="Broker nodes (default 5).")] = None,
-    time_limit: Annotated[float | None, typer.Option(help="Seconds of the main phase (default 60).")] = None,
+    time_limit: Annotated[float | None, typer.Option(help="Seconds of the main phase (default 45).")] = None,
     rate: Annotated[float | None, typer.Option(help="Target ops/s over all workers (default 100).")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Client workers (default 10).")] = None,
     nemesis: Annotated[

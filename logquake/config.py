@@ -6,7 +6,7 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     workload          queue | pipeline | offsets                                     (queue)
     backend           lab | docker | ssh | external                                  (lab)
     nodes             number of broker nodes, 1-15                                   (5)
-    time_limit        seconds of the main phase (with faults)                        (60)
+    time_limit        seconds of the main phase (with faults); a plain run takes ~1 min (45)
     rate              target ops/s over all workers                                  (100)
     concurrency       number of client workers                                       (10)
     nemesis           faults to inject: partition, kill, pause, clock, disk,
@@ -64,7 +64,7 @@ class TestConfig:
     workload: str = "queue"
     backend: str = "lab"
     nodes: int = 5
-    time_limit: float = 60.0
+    time_limit: float = 45.0
     rate: float = 100.0
     concurrency: int = 10
     nemesis: tuple[str, ...] = ()

@@ -566,14 +566,29 @@ def _logged(what: str) -> Iterator[None]:
 # -- the command line's view of a run ----------------------------------------------------
 
 
-def _live_view(stats: Stats, run_dir: list[Path]) -> Any:
+class _Rate:
+    """Ops/s over the last few seconds (the display's, not the history's)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+
+    def __call__(self, now: float, done: int) -> float:
+        self.samples.append((now, done))
+        while len(self.samples) > 2 and now - self.samples[0][0] > 3.0:
+            self.samples.pop(0)
+        (t0, n0) = self.samples[0]
+        return (done - n0) / (now - t0) if now > t0 else 0.0
+
+
+def _live_view(stats: Stats, run_dir: list[Path], rate: _Rate) -> Any:
     from rich.table import Table
 
-    elapsed = time.monotonic() - stats.started
+    now = time.monotonic()
+    elapsed = now - stats.started
     done = stats.ok + stats.info + stats.fail
     t = Table.grid(padding=(0, 2))
     t.add_row("phase", f"[bold]{stats.phase}[/]", "elapsed", f"{elapsed:6.1f} s")
-    t.add_row("ops/s", f"{done / elapsed if elapsed > 0 else 0:7.1f}",
+    t.add_row("ops/s", f"{rate(now, done):7.1f}",
               "ok/info/fail", f"[green]{stats.ok}[/]/[yellow]{stats.info}[/]/[red]{stats.fail}[/]")
     faults = ", ".join(f"{k} ({v})" for k, v in stats.faults.items()) or "none"
     t.add_row("faults", faults, "run", str(run_dir[0]) if run_dir else "")
@@ -607,7 +622,8 @@ def run_with_display(cfg: TestConfig, console: Any) -> int:
     run_dir: list[Path] = []
     outcome: RunOutcome | None = None
     try:
-        with Live(get_renderable=lambda: _live_view(stats, run_dir), console=console,
+        rate = _Rate()
+        with Live(get_renderable=lambda: _live_view(stats, run_dir, rate), console=console,
                   refresh_per_second=4, transient=False):
             outcome = run_test(cfg, stats=stats, on_run_dir=run_dir.append)
     except KeyboardInterrupt:

@@ -152,3 +152,40 @@ def test_ctrl_c_leaves_a_complete_run_directory_and_no_lab_behind(tmp_path):
     assert leftovers.stdout.strip() == "", f"processes left: {leftovers.stdout}"
     assert (results / "latest").resolve() == run_dir.resolve()
     assert os.path.getsize(run_dir / "history.jsonl") > 0
+
+
+@pytest.mark.slow
+def test_after_a_sigkilled_run_the_history_checks_and_cluster_down_cleans_up(tmp_path):
+    requires_root_or_userns()
+    from logquake.cluster import load_states
+
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "logquake", "run", "--results-dir", str(results), "--nodes", "3",
+           "--time-limit", "300", "--rate", "50", "--concurrency", "3", "--seed", "6"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    history = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None:
+            found = list(results.glob("*/*/history.jsonl"))
+            if found and sum(1 for _ in found[0].open()) > 100:
+                history = found[0]
+                break
+            time.sleep(0.5)
+        assert history is not None, "the run never got going"
+    finally:
+        p.kill()
+        p.wait(30)
+    run_dir = history.parent
+    check = subprocess.run([sys.executable, "-m", "logquake", "check", str(history)], capture_output=True,
+                           text=True, timeout=120, check=False)
+    assert check.returncode in (0, 1, 2), check.stdout + check.stderr
+    mine = [s.cluster_id for s in load_states() if Path(s.run_dir).resolve() == run_dir.resolve()]
+    assert mine, "a SIGKILLed run leaves its lab for `cluster down` to find"
+    for cid in mine:
+        down = subprocess.run([sys.executable, "-m", "logquake", "cluster", "down", "--id", cid],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert not [s for s in load_states() if s.cluster_id in mine]
+    leftovers = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True, check=False)
+    assert leftovers.stdout.strip() == ""

@@ -34,8 +34,8 @@ class CombinedNemesis:
 
     def setup(self) -> None:
         if self.net is not None:
-            self.net.heal()
-            self.net.heal_loss()
+            self.net.heal(thorough=True)
+            self.net.heal_loss(thorough=True)
 
     def start(self, spec: str) -> str:
         family, _, variant = spec.partition(":")

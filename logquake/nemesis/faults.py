@@ -52,7 +52,7 @@ class PartitionFault:
         return "network healed"
 
     def heal(self) -> None:
-        self.net.heal()
+        self.net.heal(thorough=True)
 
 
 class KillFault:
@@ -250,6 +250,6 @@ class PacketLossFault:
         return "packet loss healed"
 
     def heal(self) -> None:
-        self.net.heal_loss()
+        self.net.heal_loss(thorough=True)
 
 

@@ -35,21 +35,45 @@ class Net:
         self.hosts = dict(hosts)
         self.addresses = dict(addresses)
         self.iptables = iptables
+        self._state: dict[tuple[str, str], str] = {}  # (node, chain) -> "present" | "absent"; else unknown
 
     def _each(self, nodes: Sequence[str], fn: Callable[[str], T]) -> dict[str, T]:
         with ThreadPoolExecutor(max(1, len(nodes))) as pool:
             return dict(zip(nodes, pool.map(fn, nodes), strict=True))
 
     def _restore(self, node: str, chain: str, rules: list[str]) -> None:
-        # Declaring a user chain in a --noflush restore empties it; the jump is added in the same
-        # transaction, so a node is never half-partitioned.
-        # One process round per node: remove the old chain, then restore the new one from stdin.
-        text = "\n".join(["*filter", f":{chain} - [0:0]", *rules, f"-I INPUT -j {chain}", "COMMIT", ""])
-        script = _REMOVE + '; exec "$1"-restore -w --noflush'
-        run_checked(self.hosts[node], ["sh", "-c", script, "sh", self.iptables, chain], input=text, timeout=30)
+        # Declaring a user chain in a --noflush restore empties it, and the jump is added in the
+        # same transaction, so a node is never half-partitioned. When we know the chain's state
+        # (we made or removed it) this is one iptables-restore; otherwise leftovers of a crashed
+        # harness are removed first.
+        known = self._state.get((node, chain))
+        jump = [f"-I INPUT -j {chain}"] if known != "present" else []
+        text = "\n".join(["*filter", f":{chain} - [0:0]", *rules, *jump, "COMMIT", ""])
+        if known is None:
+            argv = ["sh", "-c", _REMOVE + '; exec "$1"-restore -w --noflush', "sh", self.iptables, chain]
+            text = "\n".join(["*filter", f":{chain} - [0:0]", *rules, f"-I INPUT -j {chain}", "COMMIT", ""])
+        else:
+            argv = [f"{self.iptables}-restore", "-w", "--noflush"]
+        self._state.pop((node, chain), None)
+        run_checked(self.hosts[node], argv, input=text, timeout=30)
+        self._state[(node, chain)] = "present"
 
     def _remove(self, node: str, chain: str) -> None:
+        known = self._state.pop((node, chain), None)
+        if known == "absent":
+            return
+        if known == "present":  # one transaction: the jump we added, then the chain
+            text = f"*filter\n-D INPUT -j {chain}\n-F {chain}\n-X {chain}\nCOMMIT\n"
+            rc, _, _ = self.hosts[node].exec([f"{self.iptables}-restore", "-w", "--noflush"], input=text, timeout=30)
+            if rc == 0:
+                self._state[(node, chain)] = "absent"
+                return
         run_checked(self.hosts[node], ["sh", "-c", _REMOVE, "sh", self.iptables, chain], timeout=30)
+        self._state[(node, chain)] = "absent"
+
+    def forget(self) -> None:
+        """Assume nothing about the nodes' chains (e.g. after a node was rebuilt)."""
+        self._state.clear()
 
     def drop(self, grudge: Grudge) -> None:
         """Make every node drop packets from the nodes it holds a grudge against (replacing any old one)."""
@@ -63,8 +87,10 @@ class Net:
 
         self._each(list(self.hosts), apply)
 
-    def heal(self) -> None:
-        """Remove the partition chain everywhere (whatever state we think we are in)."""
+    def heal(self, *, thorough: bool = False) -> None:
+        """Remove the partition chain everywhere; `thorough` also removes what we did not add ourselves."""
+        if thorough:
+            self.forget()
         self._each(list(self.hosts), lambda n: self._remove(n, CHAIN))
 
     def lose(self, nodes: Sequence[str], probability: float) -> None:
@@ -72,7 +98,9 @@ class Net:
         rule = f"-A {LOSS_CHAIN} ! -i lo -m statistic --mode random --probability {probability:.4f} -j DROP"
         self._each(list(nodes), lambda n: self._restore(n, LOSS_CHAIN, [rule]))
 
-    def heal_loss(self) -> None:
+    def heal_loss(self, *, thorough: bool = False) -> None:
+        if thorough:
+            self.forget()
         self._each(list(self.hosts), lambda n: self._remove(n, LOSS_CHAIN))
 
     def rules(self, node: str) -> str:

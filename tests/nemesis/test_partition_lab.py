@@ -65,3 +65,17 @@ def test_packet_loss_rule_and_total_loss_cuts_links(lab5):
         net.heal_loss()
     assert LOSS_CHAIN not in net.rules("n3")
     assert connect_matrix(state, hosts) == set()
+
+
+def test_thorough_heal_removes_leftovers_of_a_crashed_harness(lab5):
+    state, hosts, _net = lab5
+    crashed = Net(hosts, state.addresses, iptables=state.iptables)
+    crashed.drop(make_grudge("one", sorted(hosts), random.Random(5)))
+    crashed.drop(make_grudge("bridge", sorted(hosts), random.Random(6)))
+    ipt = state.iptables
+    hosts["n1"].exec([ipt, "-w", "-I", "INPUT", "-j", CHAIN])  # a duplicate jump, as a crash mid-change leaves
+    fresh = Net(hosts, state.addresses, iptables=state.iptables)  # knows nothing about the nodes
+    fresh.heal(thorough=True)
+    for n in hosts:
+        assert CHAIN not in fresh.rules(n)
+    assert connect_matrix(state, hosts) == set()

@@ -1,0 +1,120 @@
+"""Lab and nemesis speed: cluster bring-up and partition latency, against references in the same run.
+
+    .venv/bin/python benchmarks/bench_lab.py [--nodes 5] [--rounds 10] [--no-broker]
+
+Figures (medians over rounds):
+  lab_up_s           5 network namespaces + bridge + veths, no processes
+  cluster_up_s       open_cluster(5 nodes) until a produce with acks=all is acknowledged
+  partition_s        Net.drop(majority grudge) on every node, i.e. until the rules are in place
+  heal_s             Net.heal() on every node
+References (same machine, same moment):
+  python_start_s     starting 5 `python -c pass` processes in parallel (what a broker start costs at least)
+  nsenter_s          one `nsenter ... true` into a node (one round of any fault on one node)
+Targets from issue #5: cluster_up_s < 5 s, partition_s < 200 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+from logquake.cluster import create_lab, lab_hosts, open_cluster, stop_lab
+from logquake.config import TestConfig
+from logquake.nemesis import Net, make_grudge
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def python_start(n: int) -> float:
+    def one(_: int) -> None:
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+    with ThreadPoolExecutor(n) as pool:
+        return timed(lambda: list(pool.map(one, range(n))))
+
+
+def lab_figures(nodes: int, rounds: int) -> dict[str, float]:
+    names = [f"n{i}" for i in range(1, nodes + 1)]
+    ups, parts, heals, enters = [], [], [], []
+    for r in range(rounds):
+        t = time.perf_counter()
+        state = create_lab(names, Path(tempfile.mkdtemp()))
+        ups.append(time.perf_counter() - t)
+        try:
+            hosts = lab_hosts(state)
+            net = Net(hosts, state.addresses, iptables=state.iptables)
+            net.heal()  # warm: the first iptables use in a namespace loads its tables
+            t = time.perf_counter()
+            hosts["n1"].exec(["true"])
+            enters.append(time.perf_counter() - t)
+            grudge = make_grudge("majority", names, random.Random(r))
+            t = time.perf_counter()
+            net.drop(grudge)
+            parts.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            net.heal()
+            heals.append(time.perf_counter() - t)
+        finally:
+            stop_lab(state)
+    return {"lab_up_s": statistics.median(ups), "partition_s": statistics.median(parts),
+            "heal_s": statistics.median(heals), "nsenter_s": statistics.median(enters)}
+
+
+def _ack(acked: list[bool], err: object, _msg: object) -> None:
+    acked.append(err is None)
+
+
+def cluster_up(nodes: int) -> float:
+    from confluent_kafka import Producer
+
+    t0 = time.perf_counter()
+    with open_cluster(TestConfig(nodes=nodes, replication_factor=3), Path(tempfile.mkdtemp())) as c:
+        deadline = t0 + 120
+        while time.perf_counter() < deadline:
+            p = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all", "log_level": 0,
+                          "message.timeout.ms": 2000, "socket.connection.setup.timeout.ms": 1000})
+            acked: list[bool] = []
+            p.produce("bench", b"x", on_delivery=partial(_ack, acked))
+            p.flush(3)
+            if acked and acked[0]:
+                return time.perf_counter() - t0
+            time.sleep(0.05)
+    raise RuntimeError("no acknowledged write within 120 s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--no-broker", action="store_true")
+    args = ap.parse_args()
+    figures = lab_figures(args.nodes, args.rounds)
+    figures["python_start_s"] = statistics.median(python_start(args.nodes) for _ in range(3))
+    if not args.no_broker:
+        try:
+            figures["cluster_up_s"] = statistics.median(cluster_up(args.nodes) for _ in range(3))
+        except Exception as e:  # report, never hide, a broker that cannot take writes
+            figures["cluster_up_error"] = str(e)
+    figures["partition_per_nsenter"] = figures["partition_s"] / figures["nsenter_s"]
+    if "cluster_up_s" in figures:
+        figures["cluster_up_per_python_start"] = figures["cluster_up_s"] / figures["python_start_s"]
+    for k, v in figures.items():
+        print(f"{k:28} {v:.4f}" if isinstance(v, float) else f"{k:28} {v}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -25,6 +25,7 @@ and a drain that reads every key from the beginning.
 
 from __future__ import annotations
 
+import gc
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -338,4 +339,10 @@ class _Sim:
 
 def simulate(cfg: SimConfig) -> tuple[list[Op], list[tuple[str, tuple[str, ...]]]]:
     """Run the simulation: (history ops, [(bug, anomaly types it must cause), ...])."""
-    return _Sim(cfg).run()
+    paused = gc.isenabled()
+    gc.disable()  # millions of small lists and no reference cycles: see check_history
+    try:
+        return _Sim(cfg).run()
+    finally:
+        if paused:
+            gc.enable()

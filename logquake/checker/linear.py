@@ -38,7 +38,7 @@ from logquake.errors import UserError
 from logquake.history import FAIL, OK, Op, pairs
 
 __all__ = [
-    "DEFAULT_MAX_CACHE",
+    "DEFAULT_CACHE_BYTES",
     "DEFAULT_TIME_BUDGET",
     "KeyResult",
     "check_linearizable",
@@ -48,12 +48,13 @@ __all__ = [
 ]
 
 DEFAULT_TIME_BUDGET = 60.0  # seconds per key
-DEFAULT_MAX_CACHE = 4_000_000  # cache entries per key: roughly 1 GB in the worst case
+DEFAULT_CACHE_BYTES = 512 << 20  # per key; the entry bound follows from the key's op count
 ANOMALY = "nonlinearizable"
 MAX_ERRS = 5  # examples kept in results.json
 MAX_STATES = 8
 MAX_PREFIX_SHOWN = 8
 _CLOCK_EVERY = 2048  # search steps between two looks at the clock
+_MASKS_UP_TO = 20_000  # ops; the masks then take up to 25 MB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,12 +197,19 @@ def _search(
     state = model.init()
     bits = 0
     read_only = [model.read_only(op) for op in ops]
+    overwrites = [model.overwrites(op) for op in ops]
+    after_info = False  # the op placed last is indeterminate
     stack: list[tuple[int, Any, bool]] = []  # (call node, state before it, forced)
+    # Precomputed bits save an allocation per step, while their memory stays small.
+    masks = [1 << i for i in range(len(ops))] if len(ops) <= _MASKS_UP_TO else None
     entry = nxt[0]
     steps = 0
+    countdown = _CLOCK_EVERY
     while remaining:
-        steps += 1
-        if steps % _CLOCK_EVERY == 0:
+        countdown -= 1
+        if not countdown:
+            countdown = _CLOCK_EVERY
+            steps += _CLOCK_EVERY
             if time.monotonic() > deadline:
                 raise _Stop(f"time budget exhausted after {steps} steps")
             if len(cache) > max_cache:
@@ -210,15 +218,21 @@ def _search(
             furthest.record(entry, stack, state, model)
         else:
             i = opof[entry]
+            if after_info and overwrites[i]:
+                # An indeterminate op followed at once by a blind write has no effect: the
+                # same configuration is reached by never placing it, a path also searched.
+                entry = nxt[entry]
+                continue
             allowed, new = step(state, ops[i])
             if not allowed:
                 entry = nxt[entry]
                 continue
-            nbits = bits | (1 << i)
+            nbits = bits | (masks[i] if masks else 1 << i)
             key = (nbits, hash_(new))
-            fresh = key not in cache
+            size = len(cache)
+            cache.add(key)  # one hash of the key, where `in` then `add` would take two
+            fresh = len(cache) != size
             if fresh:
-                cache.add(key)
                 if not exact:
                     collisions[key] = [new]
             elif not exact and not any(model.equal(new, s) for s in collisions[key]):
@@ -227,6 +241,7 @@ def _search(
             if fresh:
                 stack.append((entry, state, read_only[i]))
                 state, bits = new, nbits
+                after_info = not ret_node[i]
                 nxt[prv[entry]] = nxt[entry]
                 prv[nxt[entry]] = prv[entry]
                 r = ret_node[i]
@@ -249,7 +264,7 @@ def _search(
                 return False, furthest, len(cache)
             entry, state, forced = stack.pop()
             i = opof[entry]
-            bits ^= 1 << i
+            bits ^= masks[i] if masks else 1 << i
             r = ret_node[i]
             if r:
                 remaining += 1
@@ -259,6 +274,7 @@ def _search(
             prv[nxt[entry]] = entry
             if not forced:
                 break
+        after_info = bool(stack) and not ret_node[opof[stack[-1][0]]]
         entry = nxt[entry]
     return True, None, len(cache)
 
@@ -324,12 +340,13 @@ def _explain(ops: Sequence[Operation], model: Model, f: _Furthest, key: Any) -> 
 
 
 def _check_part(
-    ops: Sequence[Operation], model: Model, key: Any, *, time_budget: float, max_cache: int
+    ops: Sequence[Operation], model: Model, key: Any, *, time_budget: float, max_cache: int | None
 ) -> KeyResult:
     local = list(ops)  # the search numbers ops by position, so bitsets stay as small as the part
     t0 = time.monotonic()
     try:
-        ok, furthest, size = _search(local, model, deadline=t0 + time_budget, max_cache=max_cache)
+        limit = max_cache if max_cache is not None else _cache_entries(len(local))
+        ok, furthest, size = _search(local, model, deadline=t0 + time_budget, max_cache=limit)
     except _Stop as e:
         return KeyResult(
             key=key,
@@ -344,12 +361,17 @@ def _check_part(
     return KeyResult(key=key, valid=ok, ops=len(local), elapsed=elapsed, cache_size=size, failure=failure)
 
 
+def _cache_entries(n_ops: int) -> int:
+    """Entries that fit the byte budget: a key is a tuple, an n-bit int and a set slot."""
+    return DEFAULT_CACHE_BYTES // (160 + n_ops // 8)
+
+
 def check_operations(
     ops: Sequence[Operation],
     model: Model,
     *,
     time_budget: float = DEFAULT_TIME_BUDGET,
-    max_cache: int = DEFAULT_MAX_CACHE,
+    max_cache: int | None = None,
 ) -> list[KeyResult]:
     """Search each independent part of `ops` (see `Model.partition`); one result per part."""
     results = []
@@ -370,7 +392,7 @@ def check_linearizable(
     model: Model,
     *,
     time_budget: float = DEFAULT_TIME_BUDGET,
-    max_cache: int = DEFAULT_MAX_CACHE,
+    max_cache: int | None = None,
 ) -> dict[str, Any]:
     """Check a history against `model`; the results.json object of DESIGN.md §8.
 
@@ -380,7 +402,8 @@ def check_linearizable(
 
     Args:
         time_budget: seconds of search per key before that key is "unknown".
-        max_cache: configurations cached per key before that key is "unknown".
+        max_cache: configurations cached per key before that key is "unknown"; by default
+            as many as fit in DEFAULT_CACHE_BYTES.
     """
     t0 = time.monotonic()
     ops = operations_from_history(history, model)

@@ -15,6 +15,8 @@ registering them in `MODELS`; the search in linear.py knows nothing about regist
     read_only(op)        True for ops that never change the state (reads); optional, it lets
                          the search place such an op as soon as it is allowed and never
                          reconsider it, which prunes most of the search on read-heavy histories
+    overwrites(op)       True for blind writes: always allowed, and the state after them does
+                         not depend on the state before (optional, it prunes the search)
     keep(op)             False for ops that cannot change the state or constrain it (an
                          indeterminate read), which the checker drops before searching
 
@@ -81,6 +83,10 @@ def _is_read(op: Operation) -> bool:
     return op.f == "read"
 
 
+def _is_write(op: Operation) -> bool:
+    return op.f == "write"
+
+
 def identity(state: Any) -> Hashable:
     return state
 
@@ -100,6 +106,7 @@ class Model:
     partition: Callable[[Sequence[Operation]], list[list[Operation]]] = by_key
     keep: Callable[[Operation], bool] = _always
     read_only: Callable[[Operation], bool] = _never
+    overwrites: Callable[[Operation], bool] = _never
 
 
 # --- registers -------------------------------------------------------------------------------
@@ -115,12 +122,17 @@ def _register_step(state: Any, op: Operation) -> tuple[bool, Any]:
 
 
 def _cas_register_step(state: Any, op: Operation) -> tuple[bool, Any]:
-    if op.f != "cas":
-        return _register_step(state, op)
+    f = op.f  # the read/write cases repeat _register_step's: this is the search's inner loop
+    if f == "read":
+        return state == op.value, state
+    if f == "write":
+        return True, op.value
     old, new = op.value
     # An indeterminate cas that would fail changes nothing: the same as never taking effect,
     # which the search already explores, so refusing it here only prunes.
-    return state == old, new if state == old else state
+    if state == old:
+        return True, new
+    return False, state
 
 
 def _describe_register_op(op: Operation) -> str:
@@ -153,6 +165,7 @@ register = Model(
     describe_state=_describe_register_state,
     keep=_keep_register_op,
     read_only=_is_read,
+    overwrites=_is_write,
 )
 
 cas_register = Model(
@@ -164,6 +177,7 @@ cas_register = Model(
     describe_state=_describe_register_state,
     keep=_keep_register_op,
     read_only=_is_read,
+    overwrites=_is_write,
 )
 
 MODELS: dict[str, Model] = {m.name: m for m in (register, cas_register)}

@@ -290,7 +290,7 @@ def int_poll_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
                 continue
             ko = orders[k]
             io, fi = ko.index_of_offset, ko.first_index
-            idx = [io.get(p[0]) for p in pairs]
+            idx = list(map(io.get, map(_first, pairs)))
             a = idx[0]
             if a is not None and idx[-1] == a + len(idx) - 1 and idx == list(range(a, a + len(idx))):
                 continue  # contiguous: the common case, checked in C

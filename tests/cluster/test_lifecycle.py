@@ -1,0 +1,93 @@
+"""The broker lifecycle over hosts: node.yaml as the broker reads it, wipe/logs/is_up, real brokers."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from logquake.cluster import BrokerLifecycle, NodeSpec, open_cluster
+from logquake.config import TestConfig
+
+from .labkit import fake_cluster, require_lab, wait_until
+
+
+def _specs(tmp_path: Path) -> list[NodeSpec]:
+    return [NodeSpec(name=f"n{i}", node_id=i, address=f"10.77.9.{10 + i}", node_dir=str(tmp_path / f"n{i}"))
+            for i in (1, 2, 3)]
+
+
+def test_node_yaml_is_what_the_broker_accepts(tmp_path):
+    from logquake.broker.nodeconfig import parse_node_config
+
+    lc = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3", broker={"fsync": "interval",
+                                                                                      "unsafe": {"ack": "early"}})
+    raw = lc.node_config("n2")
+    cfg = parse_node_config(raw)
+    assert cfg.node_id == 2 and cfg.fsync == "interval" and cfg.unsafe == {"ack": "early"}
+    assert str(cfg.data_dir) == str(tmp_path / "n2" / "data")
+    assert [(n.node_id, n.host, n.kafka_port, n.raft_port) for n in cfg.nodes] == [
+        (1, "10.77.9.11", 9092, 9093), (2, "10.77.9.12", 9092, 9093), (3, "10.77.9.13", 9092, 9093)]
+
+
+def test_faketime_env_only_when_clock_faults_are_on(tmp_path):
+    plain = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3")
+    skewed = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3", faketime=True)
+    assert plain._env("n1") == {}
+    env = skewed._env("n1")
+    assert env["FAKETIME_TIMESTAMP_FILE"].endswith("n1/faketime.rc") and "faketime" in env["LD_PRELOAD"]
+    assert env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
+
+
+@pytest.mark.lab
+def test_wipe_logs_is_up(tmp_path):
+    with fake_cluster(1, tmp_path) as c:
+        lc = c.lifecycle
+        data = Path(lc.spec("n1").path("data"))
+        wait_until(lambda: any(data.rglob("*.seg")), what="data written")
+        assert lc.is_up("n1")
+        lc.wipe("n1")
+        assert not lc.is_up("n1") and list(data.iterdir()) == []
+        assert lc.start("n1") == lc.pid("n1")
+        assert lc.start("n1") == lc.pid("n1")  # starting a running broker is a no-op
+        assert any(Path(p).name == "broker.out" and Path(p).exists() for p in lc.logs("n1"))
+        dest = tmp_path / "collected"
+        c.collect_logs(dest)
+        assert (dest / "n1" / "node.yaml").exists()
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+def test_real_brokers_take_writes_and_survive_a_kill(tmp_path):
+    require_lab()
+    from confluent_kafka import Producer
+
+    cfg = TestConfig(nodes=3, replication_factor=3)
+    with open_cluster(cfg, tmp_path) as c:
+        c.wait_ready(90)
+
+        def produce(value: bytes) -> bool:
+            p = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all", "message.timeout.ms": 5000,
+                          "logger": logging.getLogger("rdkafka")})
+            acked: list[bool] = []
+            p.produce("lifecycle", value, on_delivery=lambda e, m: acked.append(e is None))
+            p.flush(10)
+            return bool(acked and acked[0])
+
+        wait_until(lambda: produce(b"first"), timeout=90, what="a first acknowledged write")
+        assert c.lifecycle.kill("n1") and not c.lifecycle.is_up("n1")
+        wait_until(lambda: produce(b"second"), timeout=90, what="a write with n1 down")
+        c.lifecycle.start("n1")
+        c.wait_ready(90)
+        pids = [c.lifecycle.pid(n) for n in c.nodes]
+    for pid in pids:  # close() stopped every broker
+        wait_until(lambda pid=pid: not _running(pid), what=f"broker {pid} gone")
+
+
+def _running(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return raw[raw.rindex(")") + 2] != "Z"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from logquake.broker.raft import LEADER, Entry, HardState, Message, RaftConfig, RaftNode
 
-__all__ = ["Sim", "SimResult", "SimNode", "run_many", "run_schedule"]
+__all__ = ["Sim", "SimResult", "SimNode", "describe", "run_many", "run_schedule", "unsafe"]
 
 
 @dataclass
@@ -94,6 +94,7 @@ class Sim:
         self.messages_sent = 0
         self.crashes = 0
         self._seen_leader: set[tuple[int, int]] = set()
+        self.trace: list[str] | None = None  # set to [] to record every delivered message
 
     # ---- nodes -----------------------------------------------------------------------------
 
@@ -124,6 +125,14 @@ class Sim:
         if self.nodes[i].raft is not None:
             self.nodes[i].raft = None
             self.crashes += 1
+
+    def load(self, i: int, hard_state: HardState | None, log: Sequence[Entry]) -> None:
+        """Replace node `i`'s disk with `hard_state` and `log` and restart it (for scripted states)."""
+        node = self.nodes[i]
+        node.raft = None
+        node.hard_state = hard_state
+        node.log = list(log)
+        self.restart(i)
 
     def restart(self, i: int) -> None:
         """Start node `i` again from its persisted hard state and log; it replays its log."""
@@ -194,6 +203,8 @@ class Sim:
             r = self.nodes[m.to].raft
             if r is None or (m.frm, m.to) in self.cut:
                 continue
+            if self.trace is not None:
+                self.trace.append(describe(m))
             r.step(m)
         self.process_readies()
 
@@ -293,6 +304,23 @@ class Sim:
                         if la[:idx] != lb[:idx]:
                             self._violate(f"log matching broken between {a} and {b} at/below {idx}")
                         break
+
+
+def describe(m: Message) -> str:
+    """A one-line, transcript-friendly rendering of a message."""
+    s = f"{m.frm}->{m.to} {m.kind.name} t{m.term}"
+    if m.kind.name in ("PREVOTE", "VOTE"):
+        s += f" last={m.index}@{m.log_term}"
+    elif m.kind.name == "APPEND":
+        ents = " ".join(f"{e.index}@{e.term}" for e in m.entries)
+        s += f" prev={m.index}@{m.log_term} [{ents}] commit={m.commit}"
+    elif m.kind.name == "APPEND_RESP":
+        s += f" index={m.index}" + (f" hint={m.reject_hint}@{m.log_term}" if m.reject else "")
+    elif m.kind.name == "HEARTBEAT":
+        s += f" commit={m.commit}"
+    if m.reject:
+        s += " REJECT"
+    return s
 
 
 def run_schedule(

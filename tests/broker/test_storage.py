@@ -1,0 +1,217 @@
+"""SegmentLog on a real filesystem: round trips, torn and corrupt tails, hard state, bad directories."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from logquake.broker.raft import Entry, HardState, RaftNode
+from logquake.broker.storage import SegmentLog, StorageError
+
+
+def ents(first: int, last: int, term: int = 1, size: int = 100) -> list[Entry]:
+    return [Entry(term, i, bytes([i % 256]) * size) for i in range(first, last + 1)]
+
+
+def reopen(d: Path, **kw) -> tuple[HardState | None, list[Entry]]:  # noqa: ANN003
+    s = SegmentLog(d, **kw)
+    try:
+        return s.load()
+    finally:
+        s.close()
+
+
+def segments(d: Path) -> list[Path]:
+    return sorted(d.glob("*.seg"))
+
+
+def test_round_trip_across_segments(tmp_path: Path) -> None:
+    with SegmentLog(tmp_path, segment_bytes=1000) as s:
+        assert s.load() == (None, [])
+        for k in range(10):
+            s.append(ents(10 * k + 1, 10 * k + 10))
+        s.append([Entry(2, 101, b""), Entry(2, 102, b"x" * 70000)])
+        assert s.last_index == 102
+    assert len(segments(tmp_path)) > 5
+    hs, got = reopen(tmp_path)
+    assert hs is None
+    assert got == ents(1, 100) + [Entry(2, 101, b""), Entry(2, 102, b"x" * 70000)]
+
+
+def test_append_replaces_a_conflicting_suffix_even_across_segments(tmp_path: Path) -> None:
+    with SegmentLog(tmp_path, segment_bytes=500) as s:
+        s.load()
+        for k in range(6):
+            s.append(ents(5 * k + 1, 5 * k + 5))
+        before = len(segments(tmp_path))
+        s.append(ents(8, 9, term=2))
+        assert s.last_index == 9
+        assert len(segments(tmp_path)) < before
+        s.append(ents(10, 12, term=2))
+        s.append(ents(6, 6, term=3))  # cuts inside a segment
+        with pytest.raises(ValueError):
+            s.append(ents(9, 9))  # a gap
+    _, got = reopen(tmp_path)
+    assert got == ents(1, 5) + ents(6, 6, term=3)
+
+
+def test_hard_state_is_durable_at_once_and_commit_at_close(tmp_path: Path) -> None:
+    s = SegmentLog(tmp_path, fsync="never")
+    s.load()
+    s.save_hard_state(HardState(3, 2, 0))
+    raw = (tmp_path / "hardstate").read_bytes()  # on disk before close, whatever the policy
+    s.save_hard_state(HardState(3, 2, 7))  # commit only: deferred
+    assert (tmp_path / "hardstate").read_bytes() == raw
+    s.save_hard_state(HardState(4, None, 7))
+    s.close()
+    assert reopen(tmp_path) == (HardState(4, None, 7), [])
+    s = SegmentLog(tmp_path)
+    s.load()
+    s.save_hard_state(HardState(4, None, 9))
+    s.close()
+    assert reopen(tmp_path)[0] == HardState(4, None, 9)
+
+
+def test_leftover_temp_file_from_a_crashed_save_is_ignored(tmp_path: Path) -> None:
+    with SegmentLog(tmp_path) as s:
+        s.load()
+        s.save_hard_state(HardState(5, 1, 0))
+    (tmp_path / "hardstate.tmp").write_bytes(b"half")
+    assert reopen(tmp_path)[0] == HardState(5, 1, 0)
+    assert not (tmp_path / "hardstate.tmp").exists()
+
+
+def test_torn_tail_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with SegmentLog(tmp_path) as s:
+        s.load()
+        s.append(ents(1, 20))
+    (seg,) = segments(tmp_path)
+    size = seg.stat().st_size
+    os.truncate(seg, size - 30)  # the last record lost its end, as in a crash mid-write
+    with caplog.at_level(logging.WARNING, logger="logquake.broker.storage"):
+        _, got = reopen(tmp_path)
+    assert got == ents(1, 19)
+    assert "torn record" in caplog.text and "truncating" in caplog.text
+    assert seg.stat().st_size == size - 124  # cut at the record boundary: 24-byte header + 100 data
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert reopen(tmp_path)[1] == ents(1, 19)
+    assert caplog.text == ""  # repaired once, clean after
+    with SegmentLog(tmp_path) as s:
+        s.load()
+        s.append(ents(20, 21, term=2))  # and appendable after repair
+    assert reopen(tmp_path)[1] == ents(1, 19) + ents(20, 21, term=2)
+
+
+def test_torn_header_is_truncated(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with SegmentLog(tmp_path) as s:
+        s.load()
+        s.append(ents(1, 3))
+    (seg,) = segments(tmp_path)
+    with open(seg, "ab") as f:
+        f.write(b"\x07\x00")
+    assert reopen(tmp_path)[1] == ents(1, 3)
+    assert "torn record header" in caplog.text
+
+
+def test_corrupt_crc_truncates_there_and_drops_later_segments(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with SegmentLog(tmp_path, segment_bytes=600) as s:
+        s.load()
+        for k in range(6):
+            s.append(ents(5 * k + 1, 5 * k + 5))
+    segs = segments(tmp_path)
+    assert len(segs) >= 3
+    victim = segs[1]
+    data = bytearray(victim.read_bytes())
+    data[124 * 2 + 24 + 50] ^= 0xFF  # a payload byte of the victim's third entry
+    victim.write_bytes(bytes(data))
+    first = int(victim.name.split(".")[0])
+    _, got = reopen(tmp_path)
+    assert got == ents(1, first + 1)
+    assert "CRC mismatch" in caplog.text and "removing segment" in caplog.text
+    assert segments(tmp_path) == segs[:2]
+
+
+def test_random_tail_damage_always_leaves_a_valid_prefix(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    want = ents(1, 30, size=37)
+    for trial in range(20):
+        d = tmp_path / str(trial)
+        with SegmentLog(d) as s:
+            s.load()
+            s.append(want)
+        (seg,) = segments(d)
+        data = bytearray(seg.read_bytes())
+        cut = rng.randrange(len(data))
+        if trial % 2:
+            data = data[:cut]
+        else:
+            data[cut] ^= 1 << rng.randrange(8)
+        seg.write_bytes(bytes(data))
+        _, got = reopen(d)
+        assert got == want[: len(got)]
+        assert len(got) < len(want)
+
+
+def test_bad_directories_are_clear_errors(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(StorageError, match="not a directory"):
+        SegmentLog(f)
+    with pytest.raises(StorageError, match="cannot use data directory"):
+        SegmentLog(f / "sub")
+    with SegmentLog(tmp_path / "d") as s:
+        with pytest.raises(StorageError, match="in use by another process"):
+            SegmentLog(tmp_path / "d")
+        with pytest.raises(RuntimeError, match="load"):
+            s.append(ents(1, 1))
+    (tmp_path / "d" / "junk.seg").write_bytes(b"")
+    with pytest.raises(StorageError, match="not a segment file name"):
+        reopen(tmp_path / "d")
+    with pytest.raises(ValueError, match="fsync"):
+        SegmentLog(tmp_path / "e", fsync="sometimes")
+
+
+def test_corrupt_hard_state_is_a_clear_error(tmp_path: Path) -> None:
+    with SegmentLog(tmp_path) as s:
+        s.load()
+        s.save_hard_state(HardState(2, 1, 0))
+    raw = bytearray((tmp_path / "hardstate").read_bytes())
+    raw[10] ^= 1
+    (tmp_path / "hardstate").write_bytes(bytes(raw))
+    with pytest.raises(StorageError, match="corrupt"):
+        reopen(tmp_path)
+
+
+@pytest.mark.parametrize("policy", ["always", "interval", "never"])
+def test_raft_node_restarts_from_segment_log(tmp_path: Path, policy: str) -> None:
+    def start(s: SegmentLog) -> RaftNode:
+        hs, log = s.load()
+        return RaftNode(group="g", node_id=1, voters=(1,), rng=random.Random(0), hard_state=hs, entries=log)
+
+    s = SegmentLog(tmp_path, fsync=policy)
+    r = start(s)
+    r.campaign()
+    applied = []
+    for k in range(5):
+        r.propose(b"v%d" % k)
+        while r.has_ready():
+            rd = r.ready()
+            s.append(rd.entries)
+            if rd.hard_state:
+                s.save_hard_state(rd.hard_state)
+            s.sync()
+            applied.extend(rd.committed)
+            r.advance(rd)
+    s.close()
+    s = SegmentLog(tmp_path, fsync=policy)
+    r2 = start(s)
+    assert (r2.term, r2.vote, r2.last_index) == (1, 1, 6)
+    assert r2.ready().committed == tuple(applied)
+    s.close()

@@ -170,7 +170,7 @@ class Worker:
                     return False
         return True
 
-    def _drop_client(self) -> None:
+    def drop_client(self) -> None:
         if self.client is not None:
             _close_aside(self.client)
             self.client = None
@@ -212,7 +212,7 @@ class Worker:
         if done.type == INFO:
             self.process += crew.cfg.concurrency
         if done.f == "crash" or self.broken:
-            self._drop_client()
+            self.drop_client()
         return done
 
     def close(self) -> None:
@@ -546,6 +546,10 @@ def _heal(scheduler: Any, stats: Stats) -> None:
 def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Event) -> None:
     stats.phase = DRAIN
     over = threading.Event()
+    # Fresh clients: the drain asks what the log holds, not what a client that lived
+    # through the faults still believes (a librdkafka instance can sit in backoff).
+    for w in crew.workers:
+        w.drop_client()
     crew.start(DRAIN, over, None)
     deadline = time.monotonic() + cfg.drain_time
     while crew.alive() and not stop.is_set() and time.monotonic() < deadline:

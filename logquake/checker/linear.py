@@ -21,6 +21,11 @@ Decisions:
   searched alone, each with its own time budget.
 - Bounded: the search gives "unknown" when a part's time budget or the cache bound is
   exhausted, never a hang or an out-of-memory crash.
+- Two prunes beyond Porcupine's, each dropping only paths that another explored path
+  dominates (the brute-force property tests hold them to it): a read-only op (model
+  `read_only`) is placed as soon as it is allowed and never reconsidered, and an
+  indeterminate op is never followed at once by a blind write (model `overwrites`), since
+  never placing it reaches the same configuration.
 
 On failure, the explanation is the furthest the search got: the ok op whose completion could
 not be passed, the longest linearizable prefix before it, and the model states it reached.

@@ -112,6 +112,20 @@ def test_info_write_may_take_effect_long_after_it_completed() -> None:
     assert valid(hist, register) is True
 
 
+def test_info_write_may_land_after_a_later_ok_write() -> None:
+    # The info write overwrote the ok one: the prune of "info op, then a blind write" must
+    # not hide the order ok write, then info write.
+    hist = h(
+        (0, 0, "invoke", "write", 1),
+        (1, 0, "info", "write", 1),
+        (2, 1, "invoke", "write", 2),
+        (3, 1, "ok", "write", 2),
+        (4, 2, "invoke", "read", None),
+        (5, 2, "ok", "read", 1),
+    )
+    assert valid(hist, register) is True
+
+
 def test_info_write_cannot_take_effect_twice() -> None:
     hist = h(
         (0, 0, "invoke", "write", 1),

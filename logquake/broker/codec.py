@@ -13,6 +13,7 @@ frame whose body cannot be decoded (the server answers or closes, but keeps runn
 from __future__ import annotations
 
 import struct
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,36 +103,64 @@ class BadRequest:
 
 
 class RequestDecoder:
-    """Turns a TCP byte stream into `Request`s and `BadRequest`s, in arrival order."""
+    """Turns a TCP byte stream into `Request`s and `BadRequest`s, in arrival order.
+
+    Received chunks are kept as zero-copy views and joined once per complete frame, so a
+    large produce request costs one copy here however many reads it arrived in."""
 
     def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
+        self._chunks: deque[memoryview] = deque()
+        self._have = 0
+        self._need: int | None = None  # size of the frame being received, once its prefix is in
         self._max = max_frame_bytes
 
     def feed(self, data: bytes) -> list[Request | BadRequest]:
         """Add received bytes; return every request completed by them."""
-        self._buf += data
+        if data:
+            self._chunks.append(memoryview(data))
+            self._have += len(data)
         out: list[Request | BadRequest] = []
-        pos = 0
-        buf = self._buf
-        n = len(buf)
-        with memoryview(buf) as view:  # slices of a view copy once (bytes of a bytearray slice: twice)
-            while n - pos >= 4:
-                (size,) = struct.unpack_from(">i", buf, pos)
+        while True:
+            if self._need is None:
+                if self._have < 4:
+                    break
+                (size,) = struct.unpack(">i", self._take(4))
                 if size < 8 or size > self._max:
                     raise FrameError(f"frame size {size} outside [8, {self._max}]")
-                if n - pos - 4 < size:
-                    break
-                frame = bytes(view[pos + 4 : pos + 4 + size])
-                pos += 4 + size
-                out.append(decode_request(frame))
-        if pos:
-            del buf[:pos]
+                self._need = size
+            if self._have < self._need:
+                break
+            frame = self._take(self._need)
+            self._need = None
+            out.append(decode_request(frame))
         return out
+
+    def _take(self, n: int) -> bytes:
+        """The next n buffered bytes (n <= self._have), copied once."""
+        chunks = self._chunks
+        self._have -= n
+        first = chunks[0]
+        if len(first) >= n:
+            if len(first) == n:
+                chunks.popleft()
+            else:
+                chunks[0] = first[n:]
+            return first[:n].tobytes()
+        parts = []
+        while n:
+            c = chunks[0]
+            if len(c) <= n:
+                parts.append(chunks.popleft())
+                n -= len(c)
+            else:
+                parts.append(c[:n])
+                chunks[0] = c[n:]
+                n = 0
+        return b"".join(parts)
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._have
 
 
 def decode_request(frame: bytes) -> Request | BadRequest:

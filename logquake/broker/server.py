@@ -1,4 +1,4 @@
-"""The Kafka listener: one asyncio task per connection, answers in request order.
+"""The Kafka listener: per connection a Protocol that decodes and dispatches, and a writer task.
 
 A request is dispatched as soon as it is decoded: the handler's synchronous part runs in
 arrival order (so a connection's produce requests are proposed in order), and it may return
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -47,75 +48,100 @@ class KafkaServer:
         self._max_frame = max_frame_bytes
         self._max_in_flight = max_in_flight
         self._server: asyncio.base_events.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
+        self._conns: set[_Connection] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self._host, self._port, reuse_address=True,
-                                                  limit=1 << 20)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port,
+                                                reuse_address=True)
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for t in list(self._conns):
-            t.cancel()
-        await asyncio.gather(*self._conns, return_exceptions=True)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        peer = writer.get_extra_info("peername")
-        try:
-            await _Connection(self, reader, writer, f"{peer[0]}:{peer[1]}" if peer else "?").run()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self._conns.discard(task)
-            writer.close()
+        for c in list(self._conns):
+            c.abort()
+        await asyncio.gather(*(c.writer_task for c in self._conns if c.writer_task), return_exceptions=True)
 
 
-class _Connection:
-    def __init__(self, server: KafkaServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 peer: str) -> None:
+class _Connection(asyncio.Protocol):
+    """One client connection: decode on arrival, dispatch in order, answer in order.
+
+    A Protocol rather than streams: received bytes go straight to the decoder (StreamReader
+    would copy them twice more), and reading pauses while `max_in_flight` answers are owed."""
+
+    def __init__(self, server: KafkaServer) -> None:
         self.s = server
-        self.reader, self.writer, self.peer = reader, writer, peer
         self.decoder = RequestDecoder(max_frame_bytes=server._max_frame)
-        # Responses in request order: each item is (request, awaitable or value).
-        self.pending: asyncio.Queue[tuple[Request | BadRequest, Any] | None] = asyncio.Queue(server._max_in_flight)
+        self.pending: deque[tuple[Request | BadRequest, Any]] = deque()  # in request order
+        self.peer = "?"
+        self.transport: asyncio.Transport | None = None
+        self.writer_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._closing = False  # answer what is pending, then close
+        self._reading_paused = False
 
-    async def run(self) -> None:
-        w = asyncio.create_task(self._write_loop())
-        r = asyncio.create_task(self._read_loop())
+    # ---- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment] - uvloop's is not an asyncio.Transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.s._conns.add(self)
+        self.writer_task = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
         try:
-            done, _ = await asyncio.wait({r, w}, return_when=asyncio.FIRST_COMPLETED)
-            if r in done and not w.done():
-                await self.pending.put(None)  # let the writer answer what was read, then stop
-                await w
-        finally:
-            r.cancel()
-            w.cancel()
-            await asyncio.gather(r, w, return_exceptions=True)
+            reqs = self.decoder.feed(data)
+        except FrameError as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+            self._close_after_pending()
+            return
+        for req in reqs:
+            if isinstance(req, BadRequest):
+                log.warning("rejected request from %s (api %d v%d, correlation %d): %s%s", self.peer,
+                            req.api_key, req.api_version, req.correlation_id, req.reason,
+                            "" if req.reply else "; closing the connection")
+                self.pending.append((req, req.reply))
+                if req.reply is None:
+                    self._close_after_pending()
+                    return
+                continue
+            self.pending.append((req, self._dispatch(req)))
+        self._wake.set()
+        if len(self.pending) >= self.s._max_in_flight and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
 
-    async def _read_loop(self) -> None:
-        while True:
-            data = await self.reader.read(1 << 18)
-            if not data:
-                return
-            try:
-                reqs = self.decoder.feed(data)
-            except FrameError as e:
-                log.warning("closing connection from %s: %s", self.peer, e)
-                return
-            for req in reqs:
-                if isinstance(req, BadRequest):
-                    log.warning("rejected request from %s (api %d v%d, correlation %d): %s%s", self.peer,
-                                req.api_key, req.api_version, req.correlation_id, req.reason,
-                                "" if req.reply else "; closing the connection")
-                    await self.pending.put((req, req.reply))
-                    if req.reply is None:
-                        return
-                    continue
-                await self.pending.put((req, self._dispatch(req)))
+    def eof_received(self) -> bool:
+        self._close_after_pending()
+        return True  # keep our side open until the owed answers are written
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.s._conns.discard(self)
+        self._closing = True
+        self._can_write.set()
+        if self.writer_task is not None:
+            self.writer_task.cancel()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # ---- ours --------------------------------------------------------------------------------
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _close_after_pending(self) -> None:
+        self._closing = True
+        self._wake.set()
 
     def _dispatch(self, req: Request) -> Any:
         try:
@@ -128,39 +154,47 @@ class _Connection:
         return out
 
     async def _write_loop(self) -> None:
+        t = self.transport
+        assert t is not None
         while True:
-            item = await self.pending.get()
-            if item is None:
-                return
-            req, out = item
-            if isinstance(req, BadRequest):
-                if out is None:
+            while not self.pending:
+                if self._closing:
+                    t.close()
                     return
-                self.writer.write(out)
-                await self.writer.drain()
-                continue
-            if isinstance(out, asyncio.Future):
-                try:
-                    out = await out
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # noqa: BLE001
-                    log.exception("handler failed on api %d v%d from %s", req.api_key, req.api_version,
-                                  self.peer)
-                    out = None
-            if out is NO_RESPONSE:
-                continue
-            if out is None:  # handler failure: the client cannot be answered sensibly
-                self.writer.close()
+                self._wake.clear()
+                await self._wake.wait()
+            req, out = self.pending.popleft()
+            if self._reading_paused and len(self.pending) < self.s._max_in_flight // 2 and not self._closing:
+                self._reading_paused = False
+                t.resume_reading()
+            frame = await self._answer(req, out)
+            if frame is None:
+                t.close()
                 return
-            try:
-                frame = encode_response(req.api_key, req.api_version, req.correlation_id, out)
-            except Exception:  # noqa: BLE001 - a response we cannot encode is our bug, not a crash
-                log.exception("cannot encode the response to api %d v%d for %s; closing", req.api_key,
-                              req.api_version, self.peer)
-                self.writer.close()
-                return
-            self.writer.write(frame)
-            if self.pending.empty():
-                await self.writer.drain()
+            if frame:
+                t.write(frame)
+                if not self._can_write.is_set():
+                    await self._can_write.wait()
 
+    async def _answer(self, req: Request | BadRequest, out: Any) -> bytes | None:
+        """The framed answer to one request; b"" for none owed (acks=0); None to close."""
+        if isinstance(req, BadRequest):
+            return out
+        if isinstance(out, asyncio.Future):
+            try:
+                out = await out
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001
+                log.exception("handler failed on api %d v%d from %s", req.api_key, req.api_version, self.peer)
+                return None
+        if out is NO_RESPONSE:
+            return b""
+        if out is None:  # handler failure: the client cannot be answered sensibly
+            return None
+        try:
+            return encode_response(req.api_key, req.api_version, req.correlation_id, out)
+        except Exception:  # noqa: BLE001 - a response we cannot encode is our bug, not a crash
+            log.exception("cannot encode the response to api %d v%d for %s; closing", req.api_key,
+                          req.api_version, self.peer)
+            return None

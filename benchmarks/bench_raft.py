@@ -1,0 +1,113 @@
+"""Raft replication cost per Kafka message, in process (no sockets, no disk), against references.
+
+Three RaftNodes exchange real `encode_messages`/`decode_messages` frames the way the broker's shell
+does (one frame per destination per round), while the leader proposes entries that each carry a
+batch of `--batch` 1 KiB records. Printed: records/s through Raft to commit on the leader, and
+the same bytes through two references measured in the same run: a bare `bytes` copy (what moving
+the data costs at least) and the codec alone (encode + decode of the same append frames). The
+ratios, not the absolute numbers, are what carry over to another machine.
+
+    .venv/bin/python benchmarks/bench_raft.py [--records 200000] [--batch 16] [--sim 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections import defaultdict
+
+from logquake.broker.raft import Entry, Message, MsgKind, RaftNode, decode_messages, encode_messages
+from logquake.broker.raftsim import run_many
+
+RECORD = 1024
+
+
+def raft_round_trip(records: int, batch: int, per_round: int) -> tuple[float, int]:
+    """Seconds to commit `records` on a 3-node group; also the number of network frames."""
+    ids = (1, 2, 3)
+    nodes = {i: RaftNode(group="topic-0", node_id=i, voters=ids, rng=random.Random(i)) for i in ids}
+    nodes[1].campaign()
+    payload = bytes(RECORD * batch)
+    frames = 0
+
+    def pump() -> None:
+        nonlocal frames
+        out: dict[int, list[Message]] = defaultdict(list)
+        for r in nodes.values():
+            if r.has_ready():
+                rd = r.ready()
+                for m in rd.messages:
+                    out[m.to].append(m)
+                r.advance(rd)
+        for to, msgs in out.items():
+            frames += 1
+            for m in decode_messages(encode_messages(msgs)):
+                nodes[to].step(m)
+
+    for _ in range(10):
+        pump()
+    lead = nodes[1]
+    target = records // batch
+    start = time.perf_counter()
+    proposed = 0
+    while lead.commit_index < target + 1:
+        for _ in range(per_round):
+            if proposed < target:
+                lead.propose(payload)
+                proposed += 1
+        pump()
+    return time.perf_counter() - start, frames
+
+
+def copy_reference(records: int, batch: int) -> float:
+    payload = bytes(RECORD * batch)
+    start = time.perf_counter()
+    for _ in range(records // batch):
+        b"".join((payload, b"x"))  # one copy of the data, as the codec's join makes
+    return time.perf_counter() - start
+
+
+def codec_reference(records: int, batch: int, per_round: int) -> float:
+    payload = bytes(RECORD * batch)
+    msg = Message(
+        MsgKind.APPEND, "topic-0", 1, 2, 1, 1, 1, tuple(Entry(1, 2 + k, payload) for k in range(per_round)), 1
+    )
+    start = time.perf_counter()
+    for _ in range(records // batch // per_round):
+        for _ in range(2):  # two followers
+            decode_messages(encode_messages([msg]))
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--batch", type=int, default=16, help="1 KiB records per Raft entry")
+    ap.add_argument("--per-round", type=int, default=8, help="proposals between two Ready rounds")
+    ap.add_argument("--sim", type=int, default=200, help="random simulation schedules to time")
+    a = ap.parse_args()
+    t_raft, frames = raft_round_trip(a.records, a.batch, a.per_round)
+    t_copy = copy_reference(a.records, a.batch)
+    t_codec = codec_reference(a.records, a.batch, a.per_round)
+    rate = a.records / t_raft
+    print(f"raft 3 nodes, {a.batch} x 1 KiB per entry: {rate:,.0f} records/s ({frames} frames)")
+    print(
+        f"  reference bytes copy:   {a.records / t_copy:,.0f} records/s  (raft costs {t_raft / t_copy:.1f}x)"
+    )
+    print(
+        f"  reference codec alone:  {a.records / t_codec:,.0f} records/s  (raft costs {t_raft / t_codec:.1f}x)"
+    )
+    small = raft_round_trip(a.records // a.batch, 1, a.per_round)[0]
+    print(f"raft 3 nodes, 1 record per entry: {a.records // a.batch / small:,.0f} entries/s")
+    start = time.perf_counter()
+    results = run_many(range(a.sim))
+    took = time.perf_counter() - start
+    bad = sum(1 for r in results if r.violations)
+    print(
+        f"simulation: {a.sim} random schedules in {took:.1f}s ({a.sim / took:,.0f}/s), {bad} with violations"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -133,6 +133,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ops", type=int, default=3000)
     ap.add_argument("--histories", type=int, default=6)
+    ap.add_argument("--info-rate", type=float, default=0.01, help="share of writes/cas left indeterminate")
     ap.add_argument("--time-budget", type=float, default=300.0)
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -140,7 +141,7 @@ def main() -> int:
     for i in range(args.histories):
         procs = 4 + i % 5
         stale = 0.01 if i % 2 else 0.0
-        ops = simulate(rng, processes=procs, ops=args.ops, info_rate=0.01, stale_rate=stale)
+        ops = simulate(rng, processes=procs, ops=args.ops, info_rate=args.info_rate, stale_rate=stale)
         histories.append((f"sim-{i} p={procs}{' stale' if stale else ''}", ops))
     jepsen_dir = os.environ.get("PORCUPINE_JEPSEN_DIR")
     if jepsen_dir:
@@ -168,6 +169,15 @@ def main() -> int:
             flag = "  VERDICTS DIFFER"
         ratio = t1 / t2 if binary and t2 > 0 else float("nan")
         print(f"{name:28} {n:6} {v1:>10} {t1:9.4f} {v2:>10} {t2:9.4f} {ratio:7.2f}{flag}")
+    for group in ("sim", "jepsen"):
+        rows = [
+            (o, t) for (name, _), o, t in zip(histories, ours, theirs, strict=True) if name.startswith(group)
+        ]
+        if rows and binary:
+            a, b = sum(o[1] for o, _ in rows), sum(t[1] for _, t in rows)
+            print(
+                f"{group}: {len(rows)} histories, logquake {a:.3f} s, porcupine {b:.3f} s, ratio {a / b:.2f}"
+            )
     total1 = sum(t for _, t in ours)
     print(f"logquake total {total1:.3f} s", end="")
     if binary:

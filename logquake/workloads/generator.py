@@ -1,9 +1,11 @@
 """The queue workload's generator: pure `op(ctx)` / `update(ctx, event)`, no I/O, no clock.
 
 It decides *what* each worker does next; the runner decides *when* (rate limit, phases)
-and a client does it. Everything random comes from one seeded RNG, drawn in the order
-workers ask, so the same seed and the same sequence of requests give the same ops
-(tests drive it that way; in a live run threads interleave their requests).
+and a client does it. Each worker draws its choices (op kinds, keys, assignments) from its
+own RNG seeded from (seed, worker), and key budgets come from one more, so a seed fixes
+each worker's sequence of op kinds however threads interleave; which key and value an op
+gets still depends on the interleaving, as in Jepsen. The same seed and the same sequence
+of requests give exactly the same ops (tests drive it that way).
 
 Keys rotate as in Elle's list-append generator: `active_keys` keys are live at a time, each
 with a random write budget of 1..`max_writes_per_key`; a key whose budget is spent is
@@ -41,6 +43,7 @@ class Context:
 
 @dataclass
 class _Worker:
+    rng: random.Random
     needs_assign: bool = True
     drain_assigned: bool = False
     # Drain: the highest offset this worker has read per key.
@@ -65,7 +68,8 @@ class QueueGenerator:
         active_keys: int = 10,
         max_writes_per_key: int = 1024,
     ) -> None:
-        self.rng = random.Random(seed)
+        self.seed = seed
+        self.rng = random.Random(f"keys-{seed}")
         self.txn = txn
         self.sub_via = sub_via
         self.max_writes_per_key = max_writes_per_key
@@ -107,7 +111,10 @@ class QueueGenerator:
     # -- ops --------------------------------------------------------------------------
 
     def _worker(self, w: int) -> _Worker:
-        return self._workers.setdefault(w, _Worker())
+        st = self._workers.get(w)
+        if st is None:
+            st = self._workers[w] = _Worker(rng=random.Random(f"worker-{self.seed}-{w}"))
+        return st
 
     def fresh_client(self, worker: int) -> None:
         """The worker's client was replaced: its next op must (re)assign."""
@@ -118,26 +125,24 @@ class QueueGenerator:
         if ctx.phase == DRAIN:
             return self._drain_op(ctx)
         st = self._worker(ctx.worker)
-        if st.needs_assign or self.rng.randrange(REASSIGN_ONE_IN) == 0:
-            return self._assign_op(ctx)
-        if self.rng.randrange(CRASH_ONE_IN) == 0:
+        rng = st.rng
+        if st.needs_assign or rng.randrange(REASSIGN_ONE_IN) == 0:
+            return self._assign_op(ctx, rng)
+        if rng.randrange(CRASH_ONE_IN) == 0:
             return _invoke(ctx, "crash", None)
-        if self.txn:
-            n = self.rng.randint(1, 4)
-            value = [self._micro() for _ in range(n)]
-        else:
-            value = [self._micro()]
+        n = rng.randint(1, 4) if self.txn else 1
+        value = [self._micro(rng) for _ in range(n)]
         return _invoke(ctx, micro_f(value), value)
 
-    def _micro(self) -> list[Any]:
-        if self.rng.random() < 0.5:
-            k = self.rng.choice(self.active)
+    def _micro(self, rng: random.Random) -> list[Any]:
+        if rng.random() < 0.5:
+            k = rng.choice(self.active)
             return ["send", k, self._write(k)]
         return ["poll"]
 
-    def _assign_op(self, ctx: Context) -> Op:
-        n = self.rng.randint(1, len(self.active))
-        keys = sorted(self.rng.sample(self.active, n))
+    def _assign_op(self, ctx: Context, rng: random.Random) -> Op:
+        n = rng.randint(1, len(self.active))
+        keys = sorted(rng.sample(self.active, n))
         return _invoke(ctx, self.sub_via, keys)
 
     def _drain_op(self, ctx: Context) -> Op | None:

@@ -118,3 +118,21 @@ def test_info_sends_are_not_a_drain_target():
     assert gen.highest == {}
     gen.update(ctx, Op(process=0, type=OK, f="send", value=[["send", 1, [3, 6]]]))
     assert gen.highest == {1: 3}
+
+
+def test_each_workers_op_kinds_do_not_depend_on_the_interleaving():
+    import random
+
+    def per_worker(order: list[int]) -> dict[int, list[str]]:
+        gen, logs, out = QueueGenerator(seed=21, txn=True), {}, {}
+        for w in order:
+            ctx = Context(worker=w, process=w)
+            op = gen.op(ctx)
+            out.setdefault(w, []).append((op.f, len(op.value or [])))
+            gen.update(ctx, _perfect(op, logs))
+        return out
+
+    round_robin = [i % 4 for i in range(4000)]
+    shuffled = round_robin[:]
+    random.Random(0).shuffle(shuffled)
+    assert per_worker(round_robin) == per_worker(shuffled)

@@ -30,6 +30,7 @@ import fcntl
 import logging
 import os
 import struct
+import threading
 import zlib
 from array import array
 from collections.abc import Sequence
@@ -91,6 +92,9 @@ class SegmentLog:
         self._fd: int | None = None  # the active (last) segment, opened for appending
         self._dirty = False
         self._dir_dirty = False
+        # `sync()` may run in a worker thread while the loop appends: it only snapshots state
+        # (and dups the fd) under this lock, so the loop never waits for an fsync.
+        self._mu = threading.Lock()
         self._hs: HardState | None = None
         self._hs_on_disk: HardState | None = None
         self._loaded = False
@@ -238,6 +242,12 @@ class SegmentLog:
         self._check_loaded()
         if not entries:
             return
+        with self._mu:
+            self._append_locked(entries)
+        if sync if sync is not None else self.fsync == "always":
+            self.sync()
+
+    def _append_locked(self, entries: Sequence[Entry]) -> None:
         first = entries[0].index
         if first > self._last + 1 or first < 1:
             raise ValueError(f"append at {first} would leave a gap after {self._last}")
@@ -247,8 +257,8 @@ class SegmentLog:
             self._roll(first)
         seg = self._segments[-1]
         parts: list[bytes] = []
-        pos = seg.size
-        offsets = seg.offsets
+        start = pos = seg.size
+        new_offsets = array("Q")
         expect = first
         for e in entries:
             if e.index != expect:
@@ -260,16 +270,18 @@ class SegmentLog:
             parts.append(_HDR.pack(length, zlib.crc32(data, zlib.crc32(meta))))
             parts.append(meta)
             parts.append(data)
-            offsets.append(pos)
+            new_offsets.append(pos)
             pos += _HDR.size + length
-        buf = b"".join(parts)
         assert self._fd is not None
-        _write_all(self._fd, buf)
+        try:
+            _write_all(self._fd, b"".join(parts))
+        except OSError:
+            os.ftruncate(self._fd, start)  # e.g. ENOSPC: leave no half record behind, then fail loudly
+            raise
+        seg.offsets.extend(new_offsets)
         seg.size = pos
         self._last = expect - 1
         self._dirty = True
-        if sync if sync is not None else self.fsync == "always":
-            self.sync()
 
     def _truncate_from(self, index: int) -> None:
         k = bisect.bisect_right(self._firsts, index) - 1
@@ -312,9 +324,14 @@ class SegmentLog:
         self._check_loaded()
         if self.fsync == "never":
             return
-        if self._dirty and self._fd is not None:
-            os.fdatasync(self._fd)
-        self._dirty = False
+        with self._mu:
+            fd = os.dup(self._fd) if self._dirty and self._fd is not None else None
+            self._dirty = False
+        if fd is not None:
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         self._sync_dir()
 
     def save_hard_state(self, hs: HardState) -> None:
@@ -344,12 +361,12 @@ class SegmentLog:
     def _sync_dir(self, *, force: bool = False) -> None:
         if not self._dir_dirty or (self.fsync == "never" and not force):
             return
+        self._dir_dirty = False
         fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        self._dir_dirty = False
 
     def close(self) -> None:
         """Flush what is pending (the commit index, unsynced entries) and release the directory."""
@@ -362,9 +379,10 @@ class SegmentLog:
                 self.sync()
         finally:
             self._closed = True
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            with self._mu:
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
             os.close(self._lock_fd)
 
     def __enter__(self) -> SegmentLog:

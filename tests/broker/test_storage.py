@@ -215,3 +215,36 @@ def test_raft_node_restarts_from_segment_log(tmp_path: Path, policy: str) -> Non
     assert (r2.term, r2.vote, r2.last_index) == (1, 1, 6)
     assert r2.ready().committed == tuple(applied)
     s.close()
+
+
+def test_sync_from_a_worker_thread_while_appending_and_truncating(tmp_path: Path) -> None:
+    import threading
+
+    s = SegmentLog(tmp_path, fsync="interval", segment_bytes=4000)
+    s.load()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def syncer() -> None:
+        while not stop.is_set():
+            try:
+                s.sync()
+            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                errors.append(exc)
+                return
+
+    t = threading.Thread(target=syncer)
+    t.start()
+    try:
+        want: list[Entry] = []
+        for k in range(200):
+            first = max(1, len(want) - (k % 3))  # every third round rewrites a short suffix
+            batch = ents(first, first + 2, term=k + 1, size=50)
+            s.append(batch, sync=False)
+            want = want[: first - 1] + batch
+    finally:
+        stop.set()
+        t.join()
+    s.close()
+    assert not errors
+    assert reopen(tmp_path)[1] == want

@@ -141,7 +141,10 @@ class _Shard:
         i = st.locate(self.applied)
         while i < len(st.batches):
             ref = st.batches[i]
-            self.offsets = offsets_log.apply_batch(self.offsets, self.rep.read(ref))
+            data = self.rep.read(ref)
+            if not data:
+                break  # not readable here (yet): fold it on the next request
+            self.offsets = offsets_log.apply_batch(self.offsets, data)
             self.applied = ref.last_offset + 1
             i += 1
 

@@ -111,7 +111,10 @@ class _TxnShard:
         i = st.locate(self.applied)
         while i < len(st.batches):
             ref = st.batches[i]
-            self.state = txn_log.apply_batch(self.state, self.rep.read(ref))
+            data = self.rep.read(ref)
+            if not data:
+                break  # not readable here (yet): fold it on the next request
+            self.state = txn_log.apply_batch(self.state, data)
             self.applied = ref.last_offset + 1
             i += 1
 

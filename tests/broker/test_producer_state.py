@@ -169,4 +169,4 @@ class IdempotentProducerMachine(RuleBasedStateMachine):
 
 
 TestIdempotentProducer = IdempotentProducerMachine.TestCase
-TestIdempotentProducer.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestIdempotentProducer.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)

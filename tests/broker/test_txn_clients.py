@@ -200,3 +200,32 @@ def test_consume_transform_produce_exactly_once_across_leader_kill(tcluster: Loc
     assert copied_at_kill is not None
     assert sorted(counts) == sorted(b"copy-%d" % i for i in range(n)), "an input was never copied"
     assert max(counts.values()) == 1, f"copied twice: {[v for v, k in counts.items() if k > 1][:5]}"
+
+
+@pytest.mark.slow
+def test_unsafe_read_committed_leak_shows_an_open_transaction(tmp_path) -> None:
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides={"unsafe": {"read_committed": "leak"}}) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("leak")
+        p = txn_producer(c.bootstrap_servers, "leaky")
+        p.begin_transaction()
+        p.produce("leak", value=b"not-yet-committed")
+        p.flush(60)
+        # the broker's flaw the harness must report: a read_committed reader sees an open transaction
+        assert read_all(c.bootstrap_servers, "leak", isolation="read_committed", want=1) == [b"not-yet-committed"]
+        p.abort_transaction(60)
+
+
+@pytest.mark.slow
+def test_unsafe_partial_markers_leave_part_of_a_commit_invisible(tmp_path) -> None:
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides={"unsafe": {"txn_markers": "partial"}}) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("partial", partitions=2)
+        p = txn_producer(c.bootstrap_servers, "partial")
+        p.begin_transaction()
+        p.produce("partial", value=b"p0", partition=0)
+        p.produce("partial", value=b"p1", partition=1)
+        p.commit_transaction(60)  # answered as committed
+        seen = read_all(c.bootstrap_servers, "partial", isolation="read_committed", want=2, partitions=2,
+                        timeout=10)
+        assert seen == [b"p0"], "only the first partition of the transaction got its COMMIT marker"

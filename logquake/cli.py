@@ -215,14 +215,15 @@ def cluster_status(
 
 @cluster_app.command("down")
 def cluster_down(
-    id: Annotated[str | None, typer.Option("--id", help="One cluster (default: all of yours).")] = None,
+    id: Annotated[str | None, typer.Option("--id", help="One cluster (default: all of yours not in use).")] = None,
+    all: Annotated[bool, typer.Option("--all", help="Also clusters of runs still in progress.")] = False,
 ) -> None:
     """Tear lab clusters down (also what a killed run left), leaving nothing behind."""
     from rich.console import Console
 
     from logquake.cluster.commands import cluster_down as down
 
-    down(cluster_id=id, console=Console())
+    down(cluster_id=id, everything=all, console=Console())
 
 
 def report_error(e: LogquakeError) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -86,13 +87,21 @@ def _table(st: LabState) -> Table:
     return table
 
 
-def cluster_down(*, cluster_id: str | None, console: Console) -> None:
-    """Remove clusters (all of this user's by default), also those a killed harness left behind."""
+def cluster_down(*, cluster_id: str | None, everything: bool = False, console: Console) -> None:
+    """Remove clusters: those started by `cluster up` and those a dead harness left behind.
+
+    A cluster whose harness still runs (a `logquake run` in progress) is spared unless named
+    with --id or --all is given: tearing it down would sabotage that run.
+    """
     states = _select(cluster_id)
     if not states:
         console.print("no lab clusters")
         return
     for st in states:
+        if not cluster_id and not everything and st.owner_alive() and st.owner.pid != os.getpid():
+            console.print(f"cluster {st.cluster_id}: spared, its harness (pid {st.owner.pid}) is running; "
+                          "use --id or --all")
+            continue
         problems = destroy(st)
         if problems:
             console.print(f"[red]cluster {st.cluster_id}: {'; '.join(problems)}[/]")

@@ -185,7 +185,7 @@ def create_lab(nodes: Sequence[str], run_dir: Path) -> LabState:
         k = _pick_subnet()
         state = LabState(cluster_id=cid, subnet=k, mode="root" if anchor is None else "userns",
                          run_dir=str(run_dir), harness_veth=f"lq{cid}", harness_addr=f"10.77.{k}.254",
-                         anchor=anchor)
+                         anchor=anchor, owner=proc_ref(os.getpid()))
         state.save()
     try:
         _build(state, nodes)

@@ -49,7 +49,11 @@ class LabState:
     holders: dict[str, ProcRef] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
     iptables: str = "iptables-nft"
+    owner: ProcRef | None = None  # the harness that made it; `down` spares clusters whose owner lives
     created: float = field(default_factory=time.time)
+
+    def owner_alive(self) -> bool:
+        return self.owner is not None and is_running(self.owner)
 
     @property
     def path(self) -> Path:
@@ -63,7 +67,7 @@ class LabState:
     @classmethod
     def load(cls, path: Path) -> LabState:
         d = json.loads(path.read_text())
-        for k in ("anchor", "switch"):
+        for k in ("anchor", "switch", "owner"):
             d[k] = ProcRef(**d[k]) if d.get(k) else None
         d["holders"] = {n: ProcRef(**r) for n, r in d.get("holders", {}).items()}
         return cls(**d)

@@ -88,3 +88,19 @@ def _lazyfs_mounts_not_ours(tmp_path: Path) -> bool:
             except OSError:
                 pass
     return True
+
+
+def test_down_spares_a_cluster_whose_harness_is_running_unless_all(tmp_path, monkeypatch):
+    from .labkit import lab
+
+    monkeypatch.setenv("LOGQUAKE_STATE_DIR", str(tmp_path / "state"))
+    env = dict(os.environ)
+    with lab(1, tmp_path) as (state, _hosts):
+        down = subprocess.run([sys.executable, "-m", "logquake", "cluster", "down"], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert down.returncode == 0 and "spared" in down.stdout
+        assert state.path.exists() and _running(state.holders["n1"].pid)
+        down = subprocess.run([sys.executable, "-m", "logquake", "cluster", "down", "--all"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0 and f"cluster {state.cluster_id} down" in down.stdout
+        assert not state.path.exists() and not _running(state.holders["n1"].pid)

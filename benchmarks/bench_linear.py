@@ -5,7 +5,9 @@
 Histories: seeded simulations of a cas-register (4-8 processes, a few thousand ops, some
 indeterminate ops, half of them with stale reads injected so they are usually not
 linearizable), plus, when PORCUPINE_JEPSEN_DIR names a directory of `etcd_*.log` files
-(Porcupine's test_data/jepsen: logs of real Jepsen etcd runs), those too.
+(Porcupine's test_data/jepsen: logs of real Jepsen etcd runs), those too, and when
+KNOSSOS_DATA_DIR names Knossos's data/cas-register directory, its good/*.edn and bad/*.edn
+histories (real Jepsen runs, filed by Knossos's verdict), whose verdicts must match too.
 
 Porcupine is not part of logquake: when LOGQUAKE_PORCUPINE names an executable, each history
 is also written as JSON and checked by it, and the verdicts must agree (exit 1 otherwise).
@@ -34,7 +36,7 @@ from typing import Any
 from logquake.checker.linear import check_linearizable, operations_from_history
 from logquake.checker.models import cas_register
 from logquake.history import Op
-from logquake.history_import import load_jepsen_log
+from logquake.history_import import load_edn_history, load_jepsen_log
 
 NIL = -1000000
 
@@ -149,6 +151,14 @@ def main() -> int:
             if path.stat().st_size == 0:  # etcd_095: "etcd cluster failed to start up"
                 continue
             histories.append((f"jepsen {path.stem}", load_jepsen_log(path)))
+    knossos_dir = os.environ.get("KNOSSOS_DATA_DIR")
+    expected: dict[str, str] = {}
+    if knossos_dir:
+        for verdict, sub in (("ok", "good"), ("illegal", "bad")):
+            for path in sorted((Path(knossos_dir) / sub).glob("*.edn")):
+                name = f"knossos {sub}/{path.stem}"[:28]
+                histories.append((name, load_edn_history(path)))
+                expected[name] = verdict
 
     ours: list[tuple[str, float]] = []
     for _, ops in histories:
@@ -167,9 +177,12 @@ def main() -> int:
         if binary and v1 != v2 and "unknown" not in (v1, v2):
             mismatches += 1
             flag = "  VERDICTS DIFFER"
+        if name in expected and v1 != expected[name]:
+            flag += f"  knossos: {expected[name]}"
+            mismatches += v1 != "unknown" or n > 0  # an empty history is unknown here, valid to Knossos
         ratio = t1 / t2 if binary and t2 > 0 else float("nan")
         print(f"{name:28} {n:6} {v1:>10} {t1:9.4f} {v2:>10} {t2:9.4f} {ratio:7.2f}{flag}")
-    for group in ("sim", "jepsen"):
+    for group in ("sim", "jepsen", "knossos"):
         rows = [
             (o, t) for (name, _), o, t in zip(histories, ours, theirs, strict=True) if name.startswith(group)
         ]

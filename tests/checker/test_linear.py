@@ -299,6 +299,17 @@ def test_nemesis_ops_are_ignored_and_empty_history_is_unknown() -> None:
     assert "no cas/read/write ops" in res["linear"]["reason"]
 
 
+def test_only_failed_and_indeterminate_ops_are_vacuously_linearizable() -> None:
+    hist = h(
+        (0, 0, "invoke", "cas", [4, 0]),
+        (1, 1, "invoke", "read", None),
+        (2, 1, "fail", "read", None),
+        (3, 0, "info", "cas", [4, 0]),
+    )
+    res = check_linearizable(hist, cas_register)
+    assert res["valid"] is True and res["linear"]["ops"] == 1 and "reason" not in res["linear"]
+
+
 def _long_history(n: int) -> list[Op]:
     events = []
     for i in range(n):

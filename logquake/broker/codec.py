@@ -177,14 +177,50 @@ def decode_request(frame: bytes) -> Request | BadRequest:
                           reason=f"unsupported version {version} of api {api_key} (supported {lo}-{hi})",
                           reply=reply)
     try:
-        body = req_cls.decode(frame, version=version, header=True)
+        client_id, pos = _parse_header_tail(frame, req_cls.flexible_version_q(version))
+        # The body alone, from a view: kafka-python's own header path copies the whole frame.
+        body = req_cls.decode(memoryview(frame)[pos:], version=version)
     except Exception as e:  # noqa: BLE001 - any decode failure is the peer's malformed frame
         return BadRequest(api_key=api_key, api_version=version, correlation_id=corr,
                           reason=f"malformed {req_cls.__name__} v{version}: {type(e).__name__}: {e}",
                           reply=None)
-    hdr = body.header
     return Request(api_key=api_key, api_version=version, correlation_id=corr,
-                   client_id=hdr.client_id, body=body, size=len(frame))
+                   client_id=client_id, body=body, size=len(frame))
+
+
+def _parse_header_tail(frame: bytes, flexible: bool) -> tuple[str | None, int]:
+    """Client id and body position of a request header (v1; v2 adds tagged fields)."""
+    n = len(frame)
+    (ln,) = struct.unpack_from(">h", frame, 8)
+    pos = 10
+    client_id = None
+    if ln >= 0:
+        if pos + ln > n:
+            raise ValueError("client id runs past the frame")
+        client_id = frame[pos : pos + ln].decode("utf-8", "replace")
+        pos += ln
+    if flexible:
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+        if pos > n:
+            raise ValueError("tagged header fields run past the frame")
+    return client_id, pos
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise ValueError("bad unsigned varint in the request header")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
 
 
 def register_api(api_key: int, min_version: int, max_version: int, request_cls: Any, response_cls: Any) -> None:

@@ -5,8 +5,9 @@ it replicates, created as the metadata log assigns them. The loop (`_ready_loop`
 etcd's shell contract for all groups at once, which is where batching happens:
 
     collect a Ready from every group that has one
-    write their entries and hard states, then one fsync per written log (policy `always`)
-    send all their messages, grouped per peer into one frame (heartbeats of all groups ride together)
+    send leaders' appends and heartbeats, grouped per peer into one frame (all groups together)
+    write their entries and hard states, then one fsync per written log (policy `always`), in a thread
+    send the other messages (votes, acknowledgements): only now that what they promise is durable
     answer acks=1 requests now persisted; apply committed entries (answers acks=all)
     advance every Ready
 
@@ -42,6 +43,7 @@ from logquake.broker.nodeconfig import NodeConfig
 from logquake.broker.raft import (
     LEADER,
     Message,
+    MsgKind,
     RaftConfig,
     RaftNode,
     Ready,
@@ -58,6 +60,7 @@ __all__ = ["Node"]
 log = logging.getLogger("logquake.broker.node")
 
 CH_RAFT, CH_FORWARD, CH_LEADERS = 0, 1, 2
+_LEADER_KINDS = (MsgKind.APPEND, MsgKind.HEARTBEAT)
 META_NAME = "meta"
 PID_BLOCK = 1000
 
@@ -74,9 +77,11 @@ class Node:
         self.id = cfg.node_id
         self.node_ids = tuple(n.node_id for n in cfg.nodes)
         self.rng = random.Random(f"{self.id}-{time.time_ns()}")
+        # At most 8 x 1 MiB of appends in flight per follower: heartbeats share the connection,
+        # and a deeper backlog delays them past the election timeout on a busy follower.
         self.raft_cfg = RaftConfig(election_ticks=cfg.election_ticks, heartbeat_ticks=cfg.heartbeat_ticks,
                                    unclean_election=cfg.unsafe.get("election") == "unclean",
-                                   max_append_bytes=1 << 20)
+                                   max_append_bytes=1 << 20, max_inflight=8)
         self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node
         self.groups: dict[str, PartitionReplica | MetadataReplica] = {}
         self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
@@ -217,14 +222,19 @@ class Node:
         if not readies:
             self._check_leadership()
             return
-        written = []
-        for g, rd in readies:
-            if rd.entries or rd.hard_state is not None:
-                g.store.append(rd.entries, rd.hard_state)
-                written.append(g.store)
-        if written:
-            await self._sync(written)
-        self._send([m for _, rd in readies for m in rd.messages])
+        # A leader's appends and heartbeats may go out before its own write (Raft thesis
+        # §10.2.1): it counts itself toward a majority only up to what it has persisted. Every
+        # other message (votes, acknowledgements) waits until the write is durable.
+        early, late = [], []
+        for _, rd in readies:
+            for m in rd.messages:
+                (early if m.kind in _LEADER_KINDS else late).append(m)
+        self._send(early)
+        writes = [(g.store, rd.entries, rd.hard_state) for g, rd in readies
+                  if rd.entries or rd.hard_state is not None]
+        if writes:
+            await self._persist(writes)
+        self._send(late)
         for g, rd in readies:
             try:
                 g.apply_ready(rd)
@@ -262,19 +272,28 @@ class Node:
         for peer, ms in by_peer.items():
             self.transport.send(peer, CH_RAFT, encode_message_parts(ms))
 
-    async def _sync(self, written: list[Any]) -> None:
-        """fsync per policy. Only the ready loop writes or syncs logs, so the thread never races
-        an append; the loop keeps serving requests and stepping messages meanwhile."""
+    async def _persist(self, writes: list[tuple[Any, tuple[Any, ...], Any]]) -> None:
+        """Write the Readies' entries and hard states, then fsync per policy, in one worker thread.
+
+        Only the ready loop touches the logs, so the thread never races another writer; the
+        event loop keeps serving requests and stepping messages meanwhile. Writing in the
+        thread too matters: a write() to a file being fdatasync'ed waits for the sync, and
+        the CRCs and the write release the GIL, so the second core gets real work."""
         policy = self.cfg.effective_fsync
+        to_sync: set[Any] = set()
         if policy == "always":
-            await asyncio.to_thread(_sync_all, written)
+            to_sync = {w[0] for w in writes}
         elif policy == "interval":
-            self._unsynced.update(written)
+            self._unsynced.update(w[0] for w in writes)
             now = time.monotonic()
             if now - self._last_sync >= self.cfg.fsync_interval_ms / 1000:
                 self._last_sync = now
-                stores, self._unsynced = self._unsynced, set()
-                await asyncio.to_thread(_sync_all, stores)
+                to_sync, self._unsynced = self._unsynced, set()
+        t0 = time.monotonic()
+        await asyncio.to_thread(_write_and_sync, writes, to_sync)
+        ms = int((time.monotonic() - t0) * 1000)
+        self.stats["persist_max_ms"] = max(self.stats["persist_max_ms"], ms)
+        self.stats["persist_total_ms"] += ms
 
     # ---- peers -----------------------------------------------------------------------------
 
@@ -391,7 +410,9 @@ class Node:
             await self.meta.wait_change()
 
 
-def _sync_all(stores: Any) -> None:
-    for s in stores:
-        s.sync()
+def _write_and_sync(writes: list[tuple[Any, tuple[Any, ...], Any]], to_sync: set[Any]) -> None:
+    for store, entries, hs in writes:
+        store.append(entries, hs)
+    for store in to_sync:
+        store.sync()
 

@@ -14,7 +14,7 @@ Keys (see /work/notes/interfaces.md):
                                  txn_markers: partial, read_committed: leak}       ({})
     nodes                       [{node_id, host, kafka_port, raft_port}, ...]
     tick_ms                     Raft tick length                                   (50)
-    election_ticks              ticks without a leader before a (pre-)vote         (20)
+    election_ticks              ticks without a leader before a (pre-)vote         (30)
     heartbeat_ticks             ticks between leader heartbeats                    (2)
     max_frame_bytes             largest Kafka request accepted                     (104857600)
 """
@@ -65,7 +65,7 @@ class NodeConfig:
     auto_create_topics: bool = True
     unsafe: dict[str, str] = field(default_factory=dict)
     tick_ms: int = 50
-    election_ticks: int = 20
+    election_ticks: int = 30
     heartbeat_ticks: int = 2
     max_frame_bytes: int = 100 * 1024 * 1024
 
@@ -184,7 +184,7 @@ def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
         auto_create_topics=auto,
         unsafe=_unsafe(raw.get("unsafe") or {}),
         tick_ms=_int(raw, "tick_ms", 50, lo=1, hi=10_000),
-        election_ticks=_int(raw, "election_ticks", 20, lo=2, hi=10_000),
+        election_ticks=_int(raw, "election_ticks", 30, lo=2, hi=10_000),
         heartbeat_ticks=_int(raw, "heartbeat_ticks", 2, lo=1, hi=10_000),
         max_frame_bytes=_int(raw, "max_frame_bytes", 100 * 1024 * 1024, lo=1024, hi=2**31 - 1),
     )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logquake.broker.raft import Message, MsgKind, RaftConfig, RaftNode
 from logquake.broker.raftsim import Sim, run_many, run_schedule, unsafe
@@ -86,3 +89,67 @@ def test_oracle_catches_a_follower_that_acks_before_persisting() -> None:
 def test_safety_over_thousands_of_schedules() -> None:
     for kwargs in CONFIGS.values():
         assert_safe(run_many(range(1000, 3000), **kwargs))
+
+
+class RaftSchedule(RuleBasedStateMachine):
+    """Hypothesis picks the schedule (and shrinks a failing one to a minimal story)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sim = Sim(n=3, seed=0, max_delay=3)
+        self.proposals = 0
+
+    @rule(steps=st.integers(1, 30))
+    def run(self, steps: int) -> None:
+        self.sim.run(steps)
+
+    @rule(i=st.integers(1, 3))
+    def crash(self, i: int) -> None:
+        self.sim.crash(i)
+
+    @rule(i=st.integers(1, 3))
+    def restart(self, i: int) -> None:
+        self.sim.restart(i)
+
+    @rule(side=st.sets(st.integers(1, 3), min_size=1, max_size=2))
+    def partition(self, side: set[int]) -> None:
+        self.sim.partition(side)
+
+    @rule(a=st.integers(1, 3), b=st.integers(1, 3))
+    def cut_one_way(self, a: int, b: int) -> None:
+        if a != b:
+            self.sim.cut_one_way(a, b)
+
+    @rule()
+    def heal(self) -> None:
+        self.sim.heal()
+
+    @rule(drop=st.sampled_from([0.0, 0.1, 0.5]))
+    def lossy(self, drop: float) -> None:
+        self.sim.drop = drop
+
+    @rule(i=st.integers(1, 3))
+    def propose(self, i: int) -> None:
+        self.proposals += 1
+        if self.sim.nodes[i].raft is not None:
+            self.sim.propose(b"p%d" % self.proposals, i)
+
+    @invariant()
+    def safe(self) -> None:
+        assert not self.sim.violations, self.sim.violations
+
+    def teardown(self) -> None:
+        sim = self.sim
+        for i in sim.ids:
+            sim.restart(i)
+        sim.heal()
+        sim.drop = 0.0
+        assert sim.run_until(lambda: sim.leader() is not None, 300), "no leader after healing"
+        idx = sim.propose(b"final")
+        assert sim.run_until(lambda: all(sim.raft(i).commit_index >= idx for i in sim.ids), 300)
+        sim.check_logs()
+        assert not sim.violations, sim.violations
+
+
+TestRaftSchedule = RaftSchedule.TestCase
+TestRaftSchedule.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)

@@ -6,14 +6,17 @@ Figures (DESIGN: reported, never asserted):
 - ready: seconds from spawning 3 `logquake broker` processes to the first acks=all write
   acknowledged (topic created through CreateTopics first); reference in the same run: the
   time one bare Python interpreter takes to import the broker (process start-up floor).
-- throughput: 1 KiB messages, acks=all, replication factor 3, one confluent-kafka producer;
-  reference in the same run: the same producer against a 1-node cluster with acks=1, i.e.
-  the cost of replication and commit is the ratio.
+- throughput: 1 KiB messages, acks=all, replication factor 3, one confluent-kafka producer
+  (linger.ms=20, batch.size=1 MB); references in the same run: the same producer against
+  a 1-node cluster with acks=1 (the cost of replication and commit is the ratio), and the
+  disk's own fdatasync'ed write rate: with all 3 replicas on one disk and fsync=always, the
+  ceiling is that rate / 3, whatever the broker does.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,6 +35,23 @@ def import_floor() -> float:
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-c", "from logquake.broker.process import _light_kafka_import as f; f(); import logquake.broker.node"], check=True)
     return time.monotonic() - t0
+
+
+def disk_rate(base: Path, mib: int = 256, block_mib: int = 4) -> float:
+    """MiB/s of `block_mib` writes each made durable with fdatasync, as a broker's Ready batches are."""
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "disk.bin"
+    block = b"x" * (block_mib << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    t0 = time.monotonic()
+    try:
+        for _ in range(mib // block_mib):
+            os.write(fd, block)
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return mib / (time.monotonic() - t0)
 
 
 def time_to_ready(base: Path, overrides: dict) -> float:
@@ -97,6 +117,14 @@ def main() -> None:
                           overrides=overrides)
         print(f"throughput: {rate:,.0f} msg/s ({rate * args.size / 2**20:.1f} MiB/s), {args.size} B, acks=all, "
               f"RF 3, fsync {args.fsync} (target >= 50,000)")
+        if args.fsync != "never":
+            disk = disk_rate(tmp_p / "disk")
+            ceiling = disk * 2**20 / 3 / args.size
+            print(f"disk: {disk:.0f} MiB/s with fdatasync -> ceiling {ceiling:,.0f} msg/s for 3 replicas on this disk; "
+                  f"broker reaches {rate / ceiling:.2f}x of it")
+            never = throughput(tmp_p / "rf3never", n_nodes=3, acks="all", messages=args.messages, size=args.size,
+                               overrides={**overrides, "fsync": "never"})
+            print(f"throughput with fsync never (CPU-bound): {never:,.0f} msg/s ({never / rate:.2f}x of fsync {args.fsync})")
         if not args.skip_reference:
             ref = throughput(tmp_p / "rf1", n_nodes=1, acks="1", messages=args.messages, size=args.size,
                              overrides=overrides)

@@ -85,7 +85,7 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-def _is_keyed(model: Model, completed: list[tuple[Op, Op | None]]) -> bool:
+def _is_keyed(completed: list[tuple[Op, Op | None]]) -> bool:
     """jepsen.independent histories carry `[k v]` values; plain ones carry bare values."""
     for inv, _ in completed:
         if inv.f in ("read", "write") and isinstance(inv.value, list | tuple):
@@ -109,7 +109,7 @@ def operations_from_history(ops: Iterable[Op], model: Model) -> list[Operation]:
     Ops whose f the model does not know raise UserError, as does a malformed value.
     """
     completed = [(inv, c) for inv, c in pairs(ops) if c is None or c.type != FAIL]
-    keyed = _is_keyed(model, completed)
+    keyed = _is_keyed(completed)
     out: list[Operation] = []
     for inv, comp in completed:
         if inv.f not in model.fs:

@@ -144,6 +144,20 @@ def _members(netns: set[int], userns: set[int]) -> list[int]:
     return pids
 
 
+def _orphans(state: LabState) -> set[int]:
+    """Daemons named by pid files whose holder died: still in the namespace recorded for their node."""
+    out = set()
+    for node, ref in state.holders.items():
+        for pidfile in Path(state.run_dir, "nodes", node).glob("*.pid"):
+            try:
+                pid = int(pidfile.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if ref.netns and _ns_inode(pid, "net") == ref.netns:
+                out.add(pid)
+    return out
+
+
 def destroy(state: LabState, *, timeout: float = 10.0) -> list[str]:
     """Kill everything the cluster started and forget it; returns what could not be removed."""
     refs = [r for r in (state.switch, state.anchor, *state.holders.values()) if r is not None]
@@ -155,7 +169,7 @@ def destroy(state: LabState, *, timeout: float = 10.0) -> list[str]:
     # The harness-side veth is the one thing outside the lab's namespaces: delete it now rather
     # than leave it to the kernel's asynchronous namespace cleanup.
     subprocess.run(["ip", "link", "del", state.harness_veth], capture_output=True, check=False)
-    victims = set(_members(netns, userns)) | {r.pid for r in live}
+    victims = set(_members(netns, userns)) | {r.pid for r in live} | _orphans(state)
     for pid in victims:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)

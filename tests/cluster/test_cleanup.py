@@ -104,3 +104,15 @@ def test_down_spares_a_cluster_whose_harness_is_running_unless_all(tmp_path, mon
                               capture_output=True, text=True, timeout=120)
         assert down.returncode == 0 and f"cluster {state.cluster_id} down" in down.stdout
         assert not state.path.exists() and not _running(state.holders["n1"].pid)
+
+
+def test_daemons_are_found_even_when_their_namespace_holder_died(tmp_path):
+    with fake_cluster(2, tmp_path) as c:
+        broker = c.lifecycle.pid("n1")
+        holder = c.state.holders["n1"].pid
+        os.kill(holder, signal.SIGKILL)
+        from .labkit import wait_until
+
+        wait_until(lambda: not _running(holder), what="holder gone")
+        assert _running(broker)  # the namespace lives on through the broker
+    assert not _running(broker)

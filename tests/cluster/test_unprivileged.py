@@ -48,6 +48,10 @@ def nobody_env():
     d.chmod(0o777)
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(d), "LOGQUAKE_STATE_DIR": str(d / "state"),
            "PYTHONPATH": f"{ROOT}:{_site_packages()}"}
+    readable = _as_nobody([py, "-c", "import logquake.cluster, pytest, yaml"], env=env)
+    if readable.returncode != 0:
+        tail = readable.stderr.strip().splitlines()[-1:] or ["?"]
+        pytest.skip(f"user nobody cannot load this tree or its venv ({tail[0]}); clone it somewhere world-readable")
     userns = _as_nobody(["unshare", "-U", "-r", "-n", "true"], env=env)
     if userns.returncode != 0:
         pytest.skip(f"the kernel refuses unprivileged user namespaces: {userns.stderr.strip()}")

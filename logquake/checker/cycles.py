@@ -56,7 +56,8 @@ class OutOfTime(Exception):
 class CycleSearch:
     """What the search found: cycles per type, and whether it finished."""
 
-    cases: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    cases: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # the first examples
+    counts: dict[str, int] = field(default_factory=dict)  # cycles found per type
     timed_out: bool = False
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -66,6 +67,7 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
     started = time.monotonic()
     deadline = started + opts.time_budget
     out = CycleSearch(cases={name: [] for name, _, _ in SPECS})
+    found: dict[str, list] = {name: [] for name, _, _ in SPECS}  # (length, graph, path)
     try:
         adj = _compact_graph(ix, opts)
         comps = strongly_connected(adj, len(ix.txns), deadline)
@@ -81,11 +83,14 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
                     continue
                 path = shortest_cycle(g, allowed, required, deadline)
                 if path is not None:
-                    out.cases[name].append(explain(g, path))
+                    found[name].append((len(path), g, path))
     except OutOfTime:
         out.timed_out = True
-    for errs in out.cases.values():
-        errs.sort(key=lambda e: len(e["steps"]))
+    # Explaining is costly and only the first examples are kept: explain just those.
+    for name, paths in found.items():
+        paths.sort(key=lambda x: x[0])
+        out.counts[name] = len(paths)
+        out.cases[name] = [explain(g, path) for _, g, path in paths[: opts.max_examples]]
     out.stats["seconds"] = round(time.monotonic() - started, 3)
     return out
 

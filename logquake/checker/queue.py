@@ -64,6 +64,7 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
     if cyc is not None:
         timed_out = cyc.timed_out
         found.update({t: e for t, e in cyc.cases.items() if e})
+        counts.update({t: n for t, n in cyc.counts.items() if n})
     info = {
         "worst_realtime_lag": run_safely("realtime-lag", lambda: worst_realtime_lag(ix), errors),
         "unseen_over_time": unseen["over_time"] if unseen else [],

@@ -474,3 +474,16 @@ def test_info_causes():
         {"error": "timeout", "count": 2},
         {"error": "disconnected", "count": 1},
     ]
+
+
+def test_cycles_are_all_counted_but_only_the_first_explained():
+    h = H()
+    _g0(h)
+    h.invoke(5, [("send", 3, 10), ("send", 4, 21)])
+    h.invoke(6, [("send", 3, 11), ("send", 4, 20)])
+    h.complete(5, "ok", [("send", 3, 10, 0), ("send", 4, 21, 1)])
+    h.complete(6, "ok", [("send", 3, 11, 1), ("send", 4, 20, 0)])
+    h.poll(7, {3: [(0, 10), (1, 11)], 4: [(0, 20), (1, 21)]})
+    r = check(h, max_examples=1)
+    assert r["anomalies"]["G0"]["count"] == 2
+    assert len(r["anomalies"]["G0"]["errs"]) == 1

@@ -25,7 +25,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from logquake.broker.raft import LEADER, Entry, HardState, Message, RaftConfig, RaftNode
+from logquake.broker.raft import LEADER, Entry, HardState, Message, MsgKind, RaftConfig, RaftNode
 
 __all__ = ["Sim", "SimResult", "SimNode", "describe", "run_many", "run_schedule", "unsafe"]
 
@@ -65,6 +65,9 @@ class Sim:
         drop: probability a message is lost.
         max_delay: messages arrive 1..max_delay steps after they are sent.
         group: the Raft group's name.
+        crash_in_ready: probability that a node dies while handling a Ready, after sending its
+            appends and heartbeats but before persisting (the broker's shell sends those early,
+            thesis §10.2.1; everything else goes out only after the write).
     """
 
     def __init__(
@@ -76,8 +79,10 @@ class Sim:
         drop: float = 0.0,
         max_delay: int = 1,
         group: str = "g",
+        crash_in_ready: float = 0.0,
     ) -> None:
         self.rng = random.Random(seed)
+        self.crash_in_ready = crash_in_ready
         self.config = config or RaftConfig()
         self.group = group
         self.ids = tuple(range(1, n + 1))
@@ -213,11 +218,21 @@ class Sim:
             r = self.nodes[i].raft
             if r is not None and r.has_ready():
                 self._handle_ready(self.nodes[i], r)
+            r = self.nodes[i].raft  # None if it died in the Ready
             if r is not None:
                 self._observe(i, r)
 
     def _handle_ready(self, node: SimNode, r: RaftNode) -> None:
         rd = r.ready()
+        late = []
+        for m in rd.messages:
+            if m.kind is MsgKind.APPEND or m.kind is MsgKind.HEARTBEAT:
+                self._send(m)
+            else:
+                late.append(m)
+        if self.crash_in_ready and self.rng.random() < self.crash_in_ready:
+            self.crash(node.node_id)  # the write never happened; votes and acks never left
+            return
         if rd.entries:
             first = rd.entries[0].index
             if first > len(node.log) + 1:
@@ -228,7 +243,7 @@ class Sim:
             node.log.extend(rd.entries)
         if rd.hard_state is not None:
             node.hard_state = rd.hard_state
-        for m in rd.messages:
+        for m in late:
             self._send(m)
         if rd.rewind_to is not None:
             del node.applied[rd.rewind_to :]
@@ -334,10 +349,11 @@ def run_schedule(
     max_delay: int = 3,
     propose_rate: float = 0.3,
     heal_steps: int = 400,
+    crash_in_ready: float = 0.0,
 ) -> SimResult:
     """One random schedule: faults and proposals for `steps`, then heal and check liveness."""
     cfg = config or RaftConfig()
-    sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay)
+    sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay, crash_in_ready=crash_in_ready)
     rng = random.Random(seed ^ 0x5EED)
     for t in range(steps):
         if rng.random() < fault_rate:
@@ -351,6 +367,7 @@ def run_schedule(
         sim.restart(i)
     sim.heal()
     sim.drop = 0.0
+    sim.crash_in_ready = 0.0
     marker = f"{seed}:final".encode()
     proposed: list[tuple[int, int, int]] = []  # (node, index, term)
 

@@ -16,6 +16,7 @@ CONFIGS = {
     "no-prevote-no-checkquorum": {"config": RaftConfig(pre_vote=False, check_quorum=False)},
     "tiny-flow-control": {"config": RaftConfig(max_append_entries=2, max_inflight=2, max_append_bytes=8)},
     "very-lossy": {"max_drop": 0.6, "fault_rate": 0.1, "max_delay": 8},
+    "crash-mid-ready": {"crash_in_ready": 0.01},  # after early appends, before the write
 }
 
 

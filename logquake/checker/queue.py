@@ -5,6 +5,16 @@
 ops involved by index, process and time). Cycle anomalies come from cycles.py. Every
 analysis runs under `run_safely`, so one that crashes makes the verdict unknown rather
 than hiding the others. Pure: no I/O, no clock but the cycle search's time budget.
+
+Where this departs from jepsen.tests.kafka, and why:
+- Reads are placed in the version order by their offset (dense index of the offset), not
+  by their value, so a duplicated value does not also show up as skips and reversals.
+- An assign with seek_to_beginning forgets the process's positions: the rewind is asked for.
+- nonmonotonic-send is not reset by assign/subscribe: a producer's order has nothing to
+  do with what its consumer is assigned.
+- A value in the log that no op sent is skipped by lost-write (Jepsen throws).
+- Failed ops are not nodes of the dependency graph (they did not happen; reading their
+  writes is G1a).
 """
 
 from __future__ import annotations

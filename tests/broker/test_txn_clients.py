@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from logquake.broker import LocalCluster
+from logquake.broker.handlers_groups import TXN_STATE_TOPIC, coordinator_partition
 from logquake.broker.localcluster import kafka_request
 from tests.broker.clients import confluent_produce
 
@@ -143,9 +144,11 @@ def test_read_committed_end_offset_is_the_lso(tcluster: LocalCluster) -> None:
 
 
 @pytest.mark.slow
-def test_consume_transform_produce_exactly_once_across_leader_kill(tcluster: LocalCluster) -> None:
+@pytest.mark.parametrize("victim", ["sink-leader", "txn-coordinator"])
+def test_consume_transform_produce_exactly_once_across_leader_kill(tcluster: LocalCluster, victim: str) -> None:
     bs = tcluster.bootstrap_servers
-    source, sink, group = "eos-in", "eos-out", "eos-copier"
+    source, sink, group = f"eos-in-{victim}", f"eos-out-{victim}", f"eos-copier-{victim}"
+    tid = f"eos-copier-{victim}"
     tcluster.create_topic(source, partitions=1)
     tcluster.create_topic(sink, partitions=1)
     n = 10_000
@@ -155,7 +158,7 @@ def test_consume_transform_produce_exactly_once_across_leader_kill(tcluster: Loc
         c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
                       "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
         c.subscribe([source])
-        return c, txn_producer(bs, "eos-copier", **{"transaction.timeout.ms": 30_000})
+        return c, txn_producer(bs, tid, **{"transaction.timeout.ms": 30_000})
 
     consumer, producer = copier()
     copied_at_kill = None
@@ -190,7 +193,10 @@ def test_consume_transform_produce_exactly_once_across_leader_kill(tcluster: Loc
         done = max(done, msgs[-1].offset() + 1)
         if killed is None and done >= n // 3:
             copied_at_kill = done
-            killed = tcluster.leader(sink, 0)
+            if victim == "sink-leader":
+                killed = tcluster.leader(sink, 0)
+            else:
+                killed = tcluster.leader(TXN_STATE_TOPIC, coordinator_partition(tid))
             tcluster.kill(killed)
     consumer.close()
     tcluster.start(killed)

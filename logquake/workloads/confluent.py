@@ -203,13 +203,23 @@ class ConfluentClient:
     def _apply_assignment(self) -> None:
         assert self._consumer is not None
         if self.subscribed:
-            self._consumer.unsubscribe()
-            self.subscribed = False
+            self._leave_group()
         tps = []
         for k in self.assigned:
             t, p = self.keymap.topic_partition(k)
             tps.append(TopicPartition(t, p, self.position.get(k, OFFSET_BEGINNING)))
         self._consumer.assign(tps)
+
+    def _leave_group(self) -> None:
+        """Unsubscribe and wait for the revocation, which would otherwise undo our assign()."""
+        assert self._consumer is not None
+        self._consumer.unsubscribe()
+        self.subscribed = False
+        deadline = time.monotonic() + 5.0
+        # Records returned meanwhile are dropped unrecorded: assign() restarts from
+        # self.position, which only ever advances with recorded reads.
+        while self._consumer.assignment() and time.monotonic() < deadline:
+            self._consumer.poll(0.05)
 
     def _subscribe(self, op: Op) -> Op:
         assert self._consumer is not None

@@ -487,3 +487,13 @@ def test_cycles_are_all_counted_but_only_the_first_explained():
     r = check(h, max_examples=1)
     assert r["anomalies"]["G0"]["count"] == 2
     assert len(r["anomalies"]["G0"]["errs"]) == 1
+
+
+def test_reads_without_offsets_are_placed_by_value():
+    h = H()
+    h.send(0, 1, 10, 0)
+    h.send(0, 1, 11, 1)
+    h.poll(1, {1: [(None, 10), (None, 11)]})
+    h.poll(2, {1: [(0, 10), (1, 11)]})
+    r = check(h)
+    assert r["valid"] is True, r["anomalies"]

@@ -58,7 +58,7 @@ class CheckOptions:
     ww_deps: bool = True
     ignore: tuple[str, ...] = ()
     guarantee: str | None = None
-    time_budget: float = 60.0
+    time_budget: float = 300.0
     max_examples: int = 8
 
     def __post_init__(self) -> None:

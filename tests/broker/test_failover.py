@@ -23,7 +23,8 @@ def _wait(cond, timeout: float, what: str) -> None:
 
 
 @pytest.mark.slow
-def test_10k_acks_all_survive_leader_kill_and_restart(tmp_path) -> None:
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_10k_acks_all_survive_leader_kill_and_restart(tmp_path, idempotent) -> None:
     n = 10_000
     with LocalCluster(n=3, base_dir=tmp_path, broker_overrides=FAST) as c:
         c.wait_ready(timeout=60)
@@ -31,7 +32,7 @@ def test_10k_acks_all_survive_leader_kill_and_restart(tmp_path) -> None:
         acked: list[int] = []
         errors: list[str] = []
         p = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all", "linger.ms": 2,
-                      "message.timeout.ms": 180_000})
+                      "message.timeout.ms": 180_000, "enable.idempotence": idempotent})
 
         def produce() -> None:
             def done(err, msg) -> None:  # type: ignore[no-untyped-def]
@@ -67,6 +68,8 @@ def test_10k_acks_all_survive_leader_kill_and_restart(tmp_path) -> None:
             got = confluent_consume(c.bootstrap_servers, "fo", n + len(missing) + 1000, timeout=30)
             missing = set(range(n)) - {int(v) for _, v in got}
         assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:10]}"
+        if idempotent:  # retries across the failover were deduplicated: each value exactly once, in order
+            assert [int(v) for _, v in got] == list(range(n))
 
 
 def test_restarted_node_rejoins_and_catches_up(tmp_path) -> None:

@@ -67,153 +67,111 @@ class EdnError(ValueError):
 
 # --- a small EDN reader ------------------------------------------------------------------------
 
-_DELIMS = frozenset(' \t\r\n,()[]{}";')
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "b": "\b", "f": "\f"}
 _CHARS = {"newline": "\n", "space": " ", "tab": "\t", "return": "\r", "backspace": "\b", "formfeed": "\f"}
 _INT = re.compile(r"[+-]?\d+N?$")
 _FLOAT = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?M?$")
 _RATIO = re.compile(r"[+-]?\d+/\d+$")
-_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+_CLOSERS = {"(": ")", "[": "]", "{": "}", "#{": "}"}
+# One regex scans the text in C; the loop in _forms sees only the tokens.
+_TOKENS = re.compile(
+    r"""
+    (?P<skip>[\s,]+|;[^\n]*)
+    |(?P<open>\#\{|[\[({])
+    |(?P<close>[\])}])
+    |(?P<str>"(?:[^"\\]|\\.)*")
+    |(?P<discard>\#_)
+    |(?P<tag>\#[A-Za-z][^\s,()\[\]{}";]*)
+    |(?P<char>\\(?:u[0-9a-fA-F]{4}|newline|space|tab|return|backspace|formfeed|.))
+    |(?P<atom>[^\s,()\[\]{}";\#\\][^\s,()\[\]{}";]*)
+    |(?P<bad>.)
+    """,
+    re.X | re.S,
+)
+_STR_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
 
 
-class _Reader:
-    def __init__(self, text: str) -> None:
-        self.s = text
-        self.i = 0
+def _unescape(body: str, pos: int) -> str:
+    def one(m: re.Match[str]) -> str:
+        e = m[1]
+        if len(e) == 5:
+            return chr(int(e[1:], 16))
+        if e not in _ESCAPES:
+            raise EdnError(f"bad string escape \\{e}", pos + m.start())
+        return _ESCAPES[e]
 
-    def skip_ws(self) -> None:
-        s, n = self.s, len(self.s)
-        while self.i < n:
-            c = s[self.i]
-            if c in " \t\r\n,":
-                self.i += 1
-            elif c == ";":
-                j = s.find("\n", self.i)
-                self.i = n if j < 0 else j + 1
-            elif s.startswith("#_", self.i):
-                self.i += 2
-                self.read()
-            else:
-                return
+    return _STR_ESCAPE.sub(one, body) if "\\" in body else body
 
-    def at_end(self) -> bool:
-        self.skip_ws()
-        return self.i >= len(self.s)
 
-    def read(self) -> Any:
-        self.skip_ws()
-        if self.i >= len(self.s):
-            raise EdnError("unexpected end of input", self.i)
-        c = self.s[self.i]
-        if c in _CLOSERS:
-            self.i += 1
-            items = self.read_until(_CLOSERS[c])
-            return self.to_map(items) if c == "{" else items
-        if c in ")]}":
-            raise EdnError(f"unexpected {c!r}", self.i)
-        if c == '"':
-            return self.read_string()
-        if c == "\\":
-            return self.read_char()
-        if c == "#":
-            return self.read_dispatch()
-        return self.read_atom()
+def _atom(tok: str) -> Any:
+    if tok[0] == ":":
+        return Keyword(tok[1:])
+    if tok == "nil":
+        return None
+    if tok == "true":
+        return True
+    if tok == "false":
+        return False
+    if _INT.match(tok):
+        return int(tok.rstrip("N"))
+    if _FLOAT.match(tok):
+        return float(tok.rstrip("M"))
+    if _RATIO.match(tok):
+        num, den = tok.split("/")
+        return int(num) / int(den)
+    return tok  # a symbol
 
-    def read_until(self, closer: str) -> list[Any]:
-        start = self.i - 1
-        items = []
-        while True:
-            self.skip_ws()
-            if self.i >= len(self.s):
-                raise EdnError(f"unclosed {self.s[start]!r}", start)
-            if self.s[self.i] == closer:
-                self.i += 1
-                return items
-            items.append(self.read())
 
-    def to_map(self, items: list[Any]) -> dict[Any, Any]:
-        if len(items) % 2:
-            raise EdnError("a map needs an even number of forms", self.i)
-        return {_hashable(items[k]): items[k + 1] for k in range(0, len(items), 2)}
+def _collection(opener: str, items: list[Any], pos: int) -> Any:
+    if opener != "{":
+        return items  # vectors, lists and sets alike: lists, as in JSON
+    if len(items) % 2:
+        raise EdnError("a map needs an even number of forms", pos)
+    return {_hashable(items[k]): items[k + 1] for k in range(0, len(items), 2)}
 
-    def read_string(self) -> str:
-        s, start = self.s, self.i
-        self.i += 1
-        out = []
-        while self.i < len(s):
-            c = s[self.i]
+
+def _forms(text: str) -> Iterator[tuple[int, int, Any]]:
+    """(start, end, form) for each top-level form; raises EdnError. Lazy: stops when you do."""
+    # A frame: [opener, items, start, discards pending]; the bottom one is the top level.
+    stack: list[list[Any]] = [["", [], 0, 0]]
+    for m in _TOKENS.finditer(text):
+        kind, pos = m.lastgroup, m.start()
+        if kind == "skip" or kind == "tag":  # a tagged literal keeps its form
+            continue
+        if kind == "open":
+            stack.append([m[0], [], pos, 0])
+            continue
+        if kind == "discard":
+            stack[-1][3] += 1
+            continue
+        if kind == "close":
+            if len(stack) == 1 or _CLOSERS[stack[-1][0]] != m[0]:
+                raise EdnError(f"unexpected {m[0]!r}", pos)
+            opener, items, start, _ = stack.pop()
+            form: Any = _collection(opener, items, pos)
+        elif kind == "str":
+            start, form = pos, _unescape(m[0][1:-1], pos)
+        elif kind == "char":
+            body = m[0][1:]
+            start, form = pos, _CHARS.get(body) or (chr(int(body[1:], 16)) if len(body) == 5 else body)
+        elif kind == "atom":
+            start, form = pos, _atom(m[0])
+        else:
+            c = m[0]
             if c == '"':
-                self.i += 1
-                return "".join(out)
-            if c == "\\":
-                self.i += 1
-                e = s[self.i : self.i + 1]
-                if e == "u":
-                    out.append(chr(int(s[self.i + 1 : self.i + 5], 16)))
-                    self.i += 5
-                    continue
-                if e not in _ESCAPES:
-                    raise EdnError(f"bad string escape \\{e}", self.i)
-                out.append(_ESCAPES[e])
-            else:
-                out.append(c)
-            self.i += 1
-        raise EdnError("unclosed string", start)
-
-    def read_char(self) -> str:
-        self.i += 1
-        tok = self.token()
-        if len(tok) == 1:
-            return tok
-        if tok in _CHARS:
-            return _CHARS[tok]
-        if tok.startswith("u") and len(tok) == 5:
-            return chr(int(tok[1:], 16))
-        if not tok and self.i < len(self.s):  # \( \[ and friends
-            self.i += 1
-            return self.s[self.i - 1]
-        raise EdnError(f"bad character literal \\{tok}", self.i)
-
-    def read_dispatch(self) -> Any:
-        nxt = self.s[self.i + 1 : self.i + 2]
-        if nxt == "{":
-            self.i += 2
-            return self.read_until("}")  # a set: a list, as in JSON
-        self.i += 1
-        tag = self.token()
-        if not tag[:1].isalpha():  # not a tag: reader conditionals, regexes... are not EDN
-            raise EdnError(f"unsupported dispatch #{nxt}", self.i)
-        return self.read()  # a tagged literal (#inst, #uuid, records): keep the form
-
-    def token(self) -> str:
-        j = self.i
-        s = self.s
-        while j < len(s) and s[j] not in _DELIMS:
-            j += 1
-        tok, self.i = s[self.i : j], j
-        return tok
-
-    def read_atom(self) -> Any:
-        start = self.i
-        tok = self.token()
-        if not tok:
-            raise EdnError(f"unexpected {self.s[start]!r}", start)
-        if tok[0] == ":":
-            return Keyword(tok[1:])
-        if tok == "nil":
-            return None
-        if tok == "true":
-            return True
-        if tok == "false":
-            return False
-        if _INT.match(tok):
-            return int(tok.rstrip("N"))
-        if _FLOAT.match(tok):
-            return float(tok.rstrip("M"))
-        if _RATIO.match(tok):
-            num, den = tok.split("/")
-            return int(num) / int(den)
-        return tok  # a symbol
+                raise EdnError("unclosed string", pos)
+            raise EdnError(
+                f"unsupported dispatch {text[pos : pos + 2]!r}" if c == "#" else f"unexpected {c!r}", pos
+            )
+        frame = stack[-1]
+        if frame[3]:
+            frame[3] -= 1  # #_ drops this form
+        elif len(stack) == 1:
+            yield start, m.end(), form
+        else:
+            frame[1].append(form)
+    if len(stack) > 1:
+        raise EdnError(f"unclosed {stack[-1][0]!r}", stack[-1][2])
 
 
 def _hashable(v: Any) -> Any:
@@ -226,19 +184,20 @@ def _hashable(v: Any) -> Any:
 
 def parse_edn(text: str) -> Any:
     """The one EDN form in `text`; raises EdnError."""
-    r = _Reader(text)
-    form = r.read()
-    if not r.at_end():
-        raise EdnError("more than one form", r.i)
-    return form
+    forms = _forms(text)
+    first = next(forms, None)
+    if first is None:
+        raise EdnError("unexpected end of input", len(text))
+    extra = next(forms, None)
+    if extra is not None:
+        raise EdnError("more than one form", extra[0])
+    return first[2]
 
 
 def read_edn_forms(text: str) -> Iterator[tuple[int, Any]]:
     """(character offset, form) for each top-level form in `text`; raises EdnError."""
-    r = _Reader(text)
-    while not r.at_end():
-        start = r.i
-        yield start, r.read()
+    for start, _, form in _forms(text):
+        yield start, form
 
 
 # --- Jepsen ops to logquake ops ----------------------------------------------------------------
@@ -348,9 +307,9 @@ def _log_op(m: re.Match[str], lineno: int) -> tuple[Op | None, str | None]:
     if typ not in TYPES:
         return None, f"unknown op type :{typ}"
     try:
-        r = _Reader(m["rest"])
-        value = None if r.at_end() else r.read()
-        error = m["rest"][r.i :].strip()
+        first = next(_forms(m["rest"]), None)  # the value; any text after it is the error
+        value, end = (None, 0) if first is None else (first[2], first[1])
+        error = m["rest"][end:].strip()
         proc_form = parse_edn(m["process"])
         f = parse_edn(m["f"])
     except EdnError as e:

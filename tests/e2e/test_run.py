@@ -23,14 +23,6 @@ pytestmark = pytest.mark.lab
 RUN_FILES = ("test.json", "history.jsonl", "results.json", "junit.xml", "harness.log")
 
 
-def _requires_api(api_key: int, what: str) -> None:
-    """Skip, naming the feature, when the embedded broker does not implement it yet."""
-    from logquake.broker.codec import API_RANGES
-
-    if api_key not in API_RANGES:
-        pytest.skip(f"the broker does not implement {what} yet (no API key {api_key})")
-
-
 def _netns() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
@@ -85,7 +77,6 @@ def test_a_short_run_with_each_fault_is_valid(tmp_path, fault):
 
 @pytest.mark.slow
 def test_a_transactional_run_with_kafka_python_is_valid(tmp_path):
-    _requires_api(24, "transactions (AddPartitionsToTxn)")
     code, run_dir, res, out = _run(tmp_path, "--time-limit", "15", "--rate", "30", "--concurrency", "4",
                                    "--txn", "--client", "kafka-python", "--seed", "3")
     _assert_valid(code, run_dir, res, out)
@@ -94,8 +85,6 @@ def test_a_transactional_run_with_kafka_python_is_valid(tmp_path):
 
 @pytest.mark.slow
 def test_a_subscribe_run_with_transactions_under_partitions_is_valid(tmp_path):
-    _requires_api(11, "consumer groups (JoinGroup)")
-    _requires_api(24, "transactions (AddPartitionsToTxn)")
     code, run_dir, res, out = _run(tmp_path, "--time-limit", "20", "--rate", "30", "--concurrency", "4",
                                    "--txn", "--sub-via", "subscribe", "--nemesis", "partition",
                                    "--nemesis-interval", "5", "--seed", "4")

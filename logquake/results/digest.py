@@ -21,6 +21,7 @@ results.json, because the checker reports only their end values:
 
 from __future__ import annotations
 
+import gc
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -130,8 +131,9 @@ class _Digester:
         self.window = window
         self.in_flight: dict[Any, Op] = {}
         self.open_faults: dict[str, Op] = {}
-        self.acked: set[tuple[Any, Any]] = set()
-        self.seen: set[tuple[Any, Any]] = set()
+        self.acked: dict[Any, set[Any]] = {}  # key -> values acknowledged by an ok send
+        self.seen: dict[Any, set[Any]] = {}  # key -> values read by an ok poll
+        self.key_of: dict[Any, Any] = {}  # poll-result spelling -> key (saves an int() per key per poll)
         self.unseen = 0
         self.expired: dict[Any, list[int]] = {}  # key -> [time offset i-1 stopped being the tail]
         self.tracked: dict[Any, dict[Any, int]] = {}  # process -> key -> highest offset it polled
@@ -194,9 +196,13 @@ class _Digester:
                 continue
             if mop[0] == "send" and len(mop) == 3:
                 self._send(op, _key(mop[1]), mop[2], tops)
-            elif mop[0] == "poll" and len(mop) == 2 and isinstance(mop[1], dict):
+            elif mop[0] == "poll" and len(mop) == 2 and op.type == OK and type(mop[1]) is dict:
+                key_of = self.key_of
                 for k, pairs in mop[1].items():
-                    self._poll(op, _key(k), pairs, tops)
+                    key = key_of.get(k)
+                    if key is None:
+                        key = key_of[k] = _key(k)
+                    self._poll(op, key, pairs, tops)
         if op.type == "fail":
             return
         for k, o in tops.items():
@@ -220,31 +226,43 @@ class _Digester:
             tops[k] = offset
         if op.type != OK:
             return
-        kv = (k, v)
-        if kv not in self.seen and kv not in self.acked:
-            self.unseen += 1
-            self._unseen_point(op.time)
-        self.acked.add(kv)
+        acked = self.acked.get(k)
+        if acked is None:
+            acked = self.acked[k] = set()
+        try:
+            if v not in acked and v not in self.seen.get(k, ()):
+                self.unseen += 1
+                self._unseen_point(op.time)
+            acked.add(v)
+        except TypeError:  # an unhashable value: the checker reports the history; skip it here
+            pass
 
     def _poll(self, op: Op, k: Any, pairs: Any, tops: dict[Any, int]) -> None:
-        if not isinstance(pairs, list) or op.type != OK:
+        if type(pairs) is not list:
             return
         trace = self.d.keys.get(k)
+        seen = self.seen.get(k)
+        if seen is None:
+            seen = self.seen[k] = set()
+        acked = self.acked.get(k, ())
         top = tops.get(k, -1)
+        newly_seen = 0
         for pair in pairs:
-            if not isinstance(pair, list) or len(pair) != 2:
+            try:
+                offset, v = pair
+                if v not in seen:
+                    seen.add(v)
+                    if v in acked:
+                        newly_seen += 1
+            except (TypeError, ValueError):  # not an [offset, value] pair of hashables
                 continue
-            offset, v = pair
-            if isinstance(offset, int) and offset > top:
+            if type(offset) is int and offset > top:
                 top = offset
-            kv = (k, v)
-            if kv not in self.seen:
-                self.seen.add(kv)
-                if kv in self.acked:
-                    self.unseen -= 1
-                    self._unseen_point(op.time)
             if trace is not None:
                 trace.reads.setdefault(offset, {}).setdefault(v, []).append(op.index)
+        if newly_seen:
+            self.unseen -= newly_seen
+            self._unseen_point(op.time)
         if top >= 0:
             tops[k] = top
 
@@ -302,8 +320,16 @@ def digest_history(
         window: history indices [lo, hi) of the invocations to keep for the timeline.
     """
     digester = _Digester(keys=keys, named=named, window=window)
-    for op in ops:
-        digester.feed(op)
+    # The pass makes no reference cycles but keeps many small containers alive (sets, key
+    # traces), which makes the cyclic GC rescan them over and over: half the pass's time.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for op in ops:
+            digester.feed(op)
+    finally:
+        if was_enabled:
+            gc.enable()
     return digester.finish()
 
 

@@ -6,15 +6,20 @@ are the interesting ones, then an even stride through the ok ops), and step seri
 reduced to one point per pixel-sized time bin keeping each bin's maximum, so spikes
 survive downsampling. Nemesis intervals are shaded on every time axis, one colour per
 fault kind, with one legend entry per kind.
+
+Figures are plain plotly JSON dicts, rendered with validation off: plotly's object model
+validates every point and re-validates all shapes on each `add_vrect`, which took minutes
+for a million-op history. The template is expanded once from plotly's own.
 """
 
 from __future__ import annotations
 
 import json
 from array import array
+from functools import cache
 from typing import Any
 
-import plotly.graph_objects as go
+import plotly.io as pio
 
 from logquake.results.digest import Digest, Interval, Series, TimelineOp
 
@@ -34,29 +39,45 @@ def fault_colours(intervals: list[Interval]) -> dict[str, str]:
     return {k: FAULT_COLOURS[i % len(FAULT_COLOURS)] for i, k in enumerate(kinds)}
 
 
-def _shade(fig: go.Figure, d: Digest, *, within: tuple[int, int] | None = None) -> None:
+Figure = dict[str, Any]  # {"data": [trace, ...], "layout": {...}}, plotly's JSON
+
+
+@cache
+def _template() -> dict[str, Any]:
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def _shade(fig: Figure, d: Digest, *, within: tuple[int, int] | None = None) -> None:
     """Shade each fault interval (clipped to `within`, ns); one legend entry per kind."""
     colours = fault_colours(d.intervals)
     shown: set[str] = set()
     lo, hi = within or (0, d.end_time)
+    shapes = fig["layout"].setdefault("shapes", [])
     for iv in d.intervals:
         start, stop = max(iv.start, lo), min(iv.stop if iv.stop is not None else d.end_time, hi)
         if start > stop:
             continue
-        fig.add_vrect(
-            x0=start / NS, x1=max(stop, start + 1) / NS, fillcolor=colours[iv.kind], opacity=0.35,
-            line_width=0, layer="below", name=iv.kind, legendgroup=f"fault-{iv.kind}",
-            showlegend=iv.kind not in shown, legend="legend",
-        )
+        shapes.append({
+            "type": "rect", "xref": "x", "yref": "paper", "x0": start / NS, "x1": max(stop, start + 1) / NS,
+            "y0": 0, "y1": 1, "fillcolor": colours[iv.kind], "opacity": 0.35, "line": {"width": 0},
+            "layer": "below", "name": iv.kind, "legendgroup": f"fault-{iv.kind}",
+            "showlegend": iv.kind not in shown,
+        })
         shown.add(iv.kind)
 
 
-def _layout(fig: go.Figure, title: str, y_title: str, **extra: Any) -> go.Figure:
-    layout: dict[str, Any] = {"height": 420, "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-                              "legend": {"groupclick": "toggleitem"}, "template": "plotly_white"}
-    fig.update_layout(title=title, xaxis_title="time since test start (s)", yaxis_title=y_title,
-                      **(layout | extra))
-    return fig
+def _figure(traces: list[dict[str, Any]], title: str, y_title: str, **extra: Any) -> Figure:
+    layout: dict[str, Any] = {
+        "template": _template(), "title": {"text": title}, "height": 420,
+        "xaxis": {"title": {"text": "time since test start (s)"}}, "yaxis": {"title": {"text": y_title}},
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "legend": {"groupclick": "toggleitem"},
+    }
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(layout.get(k), dict):
+            layout[k] = layout[k] | v
+        else:
+            layout[k] = v
+    return {"data": traces, "layout": layout}
 
 
 def _stride(n: int, budget: int) -> range:
@@ -82,26 +103,27 @@ def _symbols(d: Digest) -> dict[str, str]:
     return {f: F_SYMBOLS[i % len(F_SYMBOLS)] for i, f in enumerate(fs)}
 
 
-def latency_figure(d: Digest, *, max_points: int = MAX_SCATTER_POINTS) -> go.Figure:
+def latency_figure(d: Digest, *, max_points: int = MAX_SCATTER_POINTS) -> Figure:
     """Latency of each op against its invocation time, by op kind (marker) and outcome (colour)."""
-    fig = go.Figure()
+    traces = []
     budgets = _budgets(d.series, max_points)
     symbols = _symbols(d)
     sampled = False
     for (f, outcome), s in sorted(d.series.items()):
         idx = _stride(len(s.start), budgets[(f, outcome)])
         sampled |= len(idx) < len(s.start)
-        fig.add_trace(go.Scatter(
-            x=[s.start[i] / NS for i in idx], y=[max(s.latency[i], 1) / MS for i in idx],
-            customdata=[s.index[i] for i in idx], mode="markers", name=f"{f} {outcome} ({len(s.start):,})",
-            marker={"color": OUTCOME_COLOURS.get(outcome, "#495057"), "symbol": symbols[f], "size": 5,
-                    "opacity": 0.6},
-            hovertemplate=f"op %{{customdata}} {f} {outcome}<br>invoked %{{x:.3f}} s<br>latency %{{y:.2f}} ms"
-                          "<extra></extra>",
-        ))
-    _shade(fig, d)
+        traces.append({
+            "type": "scatter", "x": [s.start[i] / NS for i in idx], "y": [max(s.latency[i], 1) / MS for i in idx],
+            "customdata": [s.index[i] for i in idx], "mode": "markers", "name": f"{f} {outcome} ({len(s.start):,})",
+            "marker": {"color": OUTCOME_COLOURS.get(outcome, "#495057"), "symbol": symbols[f], "size": 5,
+                       "opacity": 0.6},
+            "hovertemplate": f"op %{{customdata}} {f} {outcome}<br>invoked %{{x:.3f}} s<br>latency %{{y:.2f}} ms"
+                             "<extra></extra>",
+        })
     title = "Latency by op kind and outcome" + (" (downsampled; counts in legend are exact)" if sampled else "")
-    return _layout(fig, title, "latency (ms)", yaxis_type="log")
+    fig = _figure(traces, title, "latency (ms)", yaxis={"type": "log"})
+    _shade(fig, d)
+    return fig
 
 
 def _bin_width(end_ns: int) -> int:
@@ -114,25 +136,27 @@ def _bin_width(end_ns: int) -> int:
     return 10 * scale  # pragma: no cover
 
 
-def throughput_figure(d: Digest) -> go.Figure:
+def throughput_figure(d: Digest) -> Figure:
     """Completions per second over time, one line per (f, outcome)."""
     width = _bin_width(d.end_time)
     n_bins = d.end_time // width + 1
-    fig = go.Figure()
+    traces = []
     symbols = _symbols(d)
+    x = [round((i + 0.5) * width / NS, 6) for i in range(n_bins)]
     for (f, outcome), s in sorted(d.series.items()):
         counts = [0] * n_bins
         for start, lat in zip(s.start, s.latency, strict=True):
             counts[(start + lat) // width] += 1
-        fig.add_trace(go.Scatter(
-            x=[(i + 0.5) * width / NS for i in range(n_bins)], y=[c * NS / width for c in counts],
-            mode="lines+markers" if n_bins < 60 else "lines", name=f"{f} {outcome}",
-            line={"color": OUTCOME_COLOURS.get(outcome, "#495057"), "shape": "hvh",
-                  "dash": "solid" if symbols[f] == "circle" else "dot"},
-            hovertemplate=f"{f} {outcome}: %{{y:.1f}} ops/s<extra></extra>",
-        ))
+        traces.append({
+            "type": "scatter", "x": x, "y": [c * NS / width for c in counts],
+            "mode": "lines+markers" if n_bins < 60 else "lines", "name": f"{f} {outcome}",
+            "line": {"color": OUTCOME_COLOURS.get(outcome, "#495057"), "shape": "hvh",
+                     "dash": "solid" if symbols[f] == "circle" else "dot"},
+            "hovertemplate": f"{f} {outcome}: %{{y:.1f}} ops/s<extra></extra>",
+        })
+    fig = _figure(traces, f"Throughput (completions per second, {width / MS:g} ms bins)", "ops/s")
     _shade(fig, d)
-    return _layout(fig, f"Throughput (completions per second, {width / MS:g} ms bins)", "ops/s")
+    return fig
 
 
 def _max_per_bin(t: array, y: array, end: int) -> tuple[list[float], list[float]]:
@@ -161,7 +185,7 @@ def checker_series(points: Any, y_key: str) -> tuple[array, array] | None:
     return t, y
 
 
-def unseen_figure(d: Digest, checker_points: Any = None) -> go.Figure:
+def unseen_figure(d: Digest, checker_points: Any = None) -> Figure:
     """Acknowledged values not yet read by any ok poll, over time.
 
     The checker's own series (results.json `unseen_over_time`) wins when present, so the
@@ -169,23 +193,26 @@ def unseen_figure(d: Digest, checker_points: Any = None) -> go.Figure:
     """
     series = checker_series(checker_points, "unseen") or (d.unseen_t, d.unseen_n)
     x, y = _max_per_bin(series[0], series[1], d.end_time)
-    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": "#1c7ed6"},
-                               name="unseen", hovertemplate="%{x:.3f} s: %{y} unseen<extra></extra>"))
-    _shade(fig, d)
     final = series[1][-1] if len(series[1]) else 0
-    return _layout(fig, f"Unseen acknowledged values over time (at the end: {final:,})", "values")
+    fig = _figure([{"type": "scatter", "x": x, "y": y, "mode": "lines", "line": {"shape": "hv", "color": "#1c7ed6"},
+                    "name": "unseen", "hovertemplate": "%{x:.3f} s: %{y} unseen<extra></extra>"}],
+                  f"Unseen acknowledged values over time (at the end: {final:,})", "values")
+    _shade(fig, d)
+    return fig
 
 
-def lag_figure(d: Digest, checker_worst: Any = None) -> go.Figure:
+def lag_figure(d: Digest, checker_worst: Any = None) -> Figure:
     """Worst realtime lag of the polls in each time bin (title: the checker's worst, if given)."""
     x, y = _max_per_bin(d.lag_t, d.lag_ns, d.end_time)
-    fig = go.Figure(go.Scatter(x=x, y=[v / NS for v in y], mode="lines", line={"shape": "hv", "color": "#ae3ec9"},
-                               name="lag", hovertemplate="%{x:.3f} s: lag %{y:.3f} s<extra></extra>"))
-    _shade(fig, d)
     worst = max(d.lag_ns) / NS if len(d.lag_ns) else 0.0
     if isinstance(checker_worst, dict) and isinstance(checker_worst.get("lag"), int | float):
         worst = checker_worst["lag"]
-    return _layout(fig, f"Realtime lag of polls (worst: {worst:.3f} s)", "lag (s)")
+    fig = _figure([{"type": "scatter", "x": x, "y": [v / NS for v in y], "mode": "lines",
+                    "line": {"shape": "hv", "color": "#ae3ec9"}, "name": "lag",
+                    "hovertemplate": "%{x:.3f} s: lag %{y:.3f} s<extra></extra>"}],
+                  f"Realtime lag of polls (worst: {worst:.3f} s)", "lag (s)")
+    _shade(fig, d)
+    return fig
 
 
 def _short(value: Any, limit: int = 160) -> str:
@@ -205,29 +232,33 @@ def _hover(op: TimelineOp) -> str:
     return "<br>".join(lines).replace("<br>", "\n").replace("<", "&lt;").replace("\n", "<br>")
 
 
-def timeline_figure(d: Digest) -> go.Figure:
+def timeline_figure(d: Digest) -> Figure:
     """Ops per process as bars from invocation to completion, hover for details."""
     ops = d.timeline
     procs = sorted({op.process for op in ops}, key=lambda p: (isinstance(p, str), p))
     begin = min((op.start for op in ops), default=0)
     end = max((op.end or op.start for op in ops), default=0)
-    fig = go.Figure()
+    traces = []
     for outcome in ("ok", "fail", "info", "incomplete"):
         group = [op for op in ops if op.type == outcome]
         if not group:
             continue
-        fig.add_trace(go.Bar(
-            base=[op.start / NS for op in group],
-            x=[max((op.end if op.end is not None else end) - op.start, 1) / NS for op in group],
-            y=[f"p{op.process}" for op in group], orientation="h", name=outcome,
-            marker={"color": OUTCOME_COLOURS[outcome], "line": {"width": 0.5, "color": "#fff"}},
-            text=[op.f for op in group], textposition="inside", insidetextanchor="middle", textangle=0,
-            hovertext=[_hover(op) for op in group], hoverinfo="text",
-        ))
-    _shade(fig, d, within=(begin, end))
+        traces.append({
+            "type": "bar", "orientation": "h", "name": outcome,
+            "base": [op.start / NS for op in group],
+            "x": [max((op.end if op.end is not None else end) - op.start, 1) / NS for op in group],
+            "y": [f"p{op.process}" for op in group],
+            "marker": {"color": OUTCOME_COLOURS[outcome], "line": {"width": 0.5, "color": "#fff"}},
+            "text": [op.f for op in group], "textposition": "inside", "insidetextanchor": "middle", "textangle": 0,
+            "hovertext": [_hover(op) for op in group], "hoverinfo": "text",
+        })
     pad = max((end - begin) / 50, 1)
-    fig.update_xaxes(range=[(begin - pad) / NS, (end + pad) / NS])
-    fig.update_yaxes(categoryorder="array", categoryarray=[f"p{p}" for p in procs], autorange="reversed")
-    return _layout(fig, "Ops per process", "process", barmode="overlay", bargap=0.25,
-                   uniformtext={"minsize": 9, "mode": "hide"},  # labels only where they fit
-                   height=min(max(300, 26 * len(procs) + 120), 1600))
+    fig = _figure(
+        traces, "Ops per process", "process", barmode="overlay", bargap=0.25,
+        uniformtext={"minsize": 9, "mode": "hide"},  # labels only where they fit
+        xaxis={"range": [(begin - pad) / NS, (end + pad) / NS]},
+        yaxis={"categoryorder": "array", "categoryarray": [f"p{p}" for p in procs], "autorange": "reversed"},
+        height=min(max(300, 26 * len(procs) + 120), 1600),
+    )
+    _shade(fig, d, within=(begin, end))
+    return fig

@@ -334,7 +334,7 @@ def _template() -> jinja2.Template:
 
 
 def _figure_html(fig: Any, div_id: str) -> str:
-    return pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id,
+    return pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id, validate=False,
                        config={"displaylogo": False, "responsive": True})
 
 

@@ -124,3 +124,19 @@ def test_default_confluent_producer_works(cluster) -> None:
         p.produce("defaults", str(i).encode(), on_delivery=lambda e, m: e is None and acked.append(m.offset()))
     assert p.flush(60) == 0
     assert sorted(acked) == list(range(20))
+
+
+@pytest.mark.parametrize("overrides", [{"fsync": "interval", "fsync_interval_ms": 20},
+                                       {"fsync": "always", "unsafe": {"fsync": "never", "ack": "early"}}],
+                         ids=["fsync-interval", "unsafe-fsync-never-ack-early"])
+def test_other_fsync_policies_serve_clients(tmp_path, overrides) -> None:
+    from logquake.broker import LocalCluster
+
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides=overrides) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("pol")
+        values = _values("pol")
+        offsets, errors = confluent_produce(c.bootstrap_servers, "pol", values)
+        assert errors == [] and sorted(offsets) == list(range(N))
+        _check_log(confluent_consume(c.bootstrap_servers, "pol", N), values)
+        assert "fsync never" in c.log_path(1).read_text() or overrides["fsync"] == "interval"

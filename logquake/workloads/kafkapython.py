@@ -204,7 +204,7 @@ class KafkaPythonClient:
         for i, m in enumerate(value):
             if m[0] == "send":
                 try:
-                    self._send_one(value, i).get(timeout=self.op_timeout)
+                    _fill(value, i, self._send_one(value, i).get(timeout=self.op_timeout))
                 except Exception as e:  # noqa: BLE001 - classified below
                     return complete(op, classify(e), value, error=_err_text(e))
             elif (err := self._poll_one(value, i)) is not None:
@@ -213,17 +213,11 @@ class KafkaPythonClient:
         return complete(op, OK, value)
 
     def _send_one(self, value: list[list[Any]], i: int) -> Any:
-        """Send micro-op i; its future fills in the offset when the broker acknowledges."""
+        """Send micro-op i; the future of its record metadata (see _fill)."""
         assert self._producer is not None
         _, k, v = value[i]
         t, p = self.keymap.topic_partition(k)
-        fut = self._producer.send(t, value=str(v).encode(), key=str(k).encode(), partition=p)
-
-        def acked(md: Any) -> None:
-            value[i] = ["send", k, [md.offset if md.offset >= 0 else None, v]]
-
-        fut.add_callback(acked)
-        return fut
+        return self._producer.send(t, value=str(v).encode(), key=str(k).encode(), partition=p)
 
     def _poll_one(self, value: list[list[Any]], i: int) -> BaseException | None:
         assert self._consumer is not None
@@ -265,10 +259,11 @@ class KafkaPythonClient:
             # No transaction began, so nothing of this op was sent.
             self._reopen_producer()
             return complete(op, FAIL, value, error=_err_text(e))
+        futures: dict[int, Any] = {}
         for i, m in enumerate(value):
             if m[0] == "send":
                 try:
-                    self._send_one(value, i)
+                    futures[i] = self._send_one(value, i)
                 except Exception as e:  # noqa: BLE001
                     return self._abort(op, value, e)
             elif (err := self._poll_one(value, i)) is not None:
@@ -276,9 +271,11 @@ class KafkaPythonClient:
         try:
             self._producer.commit_transaction()
         except Exception as e:  # noqa: BLE001 - whether the commit happened is unknown: info
+            _fill_done(value, futures)
             self._seek_back(value)
             self._reopen_producer()
             return complete(op, INFO, value, error=_err_text(e))
+        _fill_done(value, futures)
         return complete(op, OK, value)
 
     def _abort(self, op: Op, value: list[list[Any]], err: BaseException) -> Op:
@@ -292,3 +289,16 @@ class KafkaPythonClient:
             return complete(op, INFO, value, error=f"{_err_text(err)}; abort: {_err_text(e)}")
         # The coordinator confirmed the abort: no record of this transaction is visible.
         return complete(op, FAIL, value, error=_err_text(err))
+
+
+def _fill(value: list[list[Any]], i: int, md: Any) -> None:
+    """Complete send micro-op i from the broker's record metadata."""
+    _, k, v = value[i]
+    value[i] = ["send", k, [md.offset if md.offset >= 0 else None, v]]
+
+
+def _fill_done(value: list[list[Any]], futures: dict[int, Any]) -> None:
+    """Complete the send micro-ops whose futures succeeded; the rest keep their invoked form."""
+    for i, fut in futures.items():
+        if fut.is_done and fut.succeeded():
+            _fill(value, i, fut.value)

@@ -21,11 +21,14 @@ and checks liveness: a leader is elected and a new proposal commits on every nod
 from __future__ import annotations
 
 import heapq
+import os
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from logquake.broker.raft import LEADER, Entry, HardState, Message, MsgKind, RaftConfig, RaftNode
+from logquake.broker.storage import SegmentLog
 
 __all__ = ["Sim", "SimResult", "SimNode", "describe", "run_many", "run_schedule", "unsafe"]
 
@@ -68,6 +71,9 @@ class Sim:
         crash_in_ready: probability that a node dies while handling a Ready, after sending its
             appends and heartbeats but before persisting (the broker's shell sends those early,
             thesis §10.2.1; everything else goes out only after the write).
+        disk: if set, every node also persists through a real `SegmentLog` in `disk/n<id>` and
+            restarts from `load()`; a crash inside a Ready then leaves that write torn at a
+            random byte, so storage recovery is exercised together with Raft.
     """
 
     def __init__(
@@ -80,9 +86,12 @@ class Sim:
         max_delay: int = 1,
         group: str = "g",
         crash_in_ready: float = 0.0,
+        disk: Path | None = None,
     ) -> None:
         self.rng = random.Random(seed)
         self.crash_in_ready = crash_in_ready
+        self.disk = disk
+        self.stores: dict[int, SegmentLog] = {}
         self.config = config or RaftConfig()
         self.group = group
         self.ids = tuple(range(1, n + 1))
@@ -92,7 +101,9 @@ class Sim:
         self.cut: set[tuple[int, int]] = set()
         self.queue: list[tuple[int, int, Message]] = []
         self._seq = 0
-        self.nodes = {i: SimNode(i, self._new_raft(i, None, ())) for i in self.ids}
+        self.nodes = {i: SimNode(i, None) for i in self.ids}
+        for i in self.ids:
+            self.restart(i)
         self.leaders_by_term: dict[int, int] = {}
         self.committed: dict[int, Entry] = {}
         self.violations: list[str] = []
@@ -130,9 +141,14 @@ class Sim:
         if self.nodes[i].raft is not None:
             self.nodes[i].raft = None
             self.crashes += 1
+            store = self.stores.pop(i, None)
+            if store is not None:
+                store.close()
 
     def load(self, i: int, hard_state: HardState | None, log: Sequence[Entry]) -> None:
         """Replace node `i`'s disk with `hard_state` and `log` and restart it (for scripted states)."""
+        if self.disk is not None:
+            raise RuntimeError("Sim.load works on the in-memory disk only")
         node = self.nodes[i]
         node.raft = None
         node.hard_state = hard_state
@@ -143,6 +159,9 @@ class Sim:
         """Start node `i` again from its persisted hard state and log; it replays its log."""
         node = self.nodes[i]
         if node.raft is None:
+            if self.disk is not None:
+                store = self.stores[i] = SegmentLog(self.disk / f"n{i}", fsync="never")
+                node.hard_state, node.log = store.load()
             node.raft = self._new_raft(i, node.hard_state, list(node.log))
             node.applied = []
 
@@ -231,8 +250,15 @@ class Sim:
             else:
                 late.append(m)
         if self.crash_in_ready and self.rng.random() < self.crash_in_ready:
-            self.crash(node.node_id)  # the write never happened; votes and acks never left
+            if rd.entries and node.node_id in self.stores:
+                self._torn_write(self.stores[node.node_id], rd.entries)
+            self.crash(node.node_id)  # the write never completed; votes and acks never left
             return
+        store = self.stores.get(node.node_id)
+        if store is not None:
+            store.append(rd.entries)
+            if rd.hard_state is not None:
+                store.save_hard_state(rd.hard_state)
         if rd.entries:
             first = rd.entries[0].index
             if first > len(node.log) + 1:
@@ -250,6 +276,18 @@ class Sim:
         for e in rd.committed:
             self._record_commit(node, e)
         r.advance(rd)
+
+    def _torn_write(self, store: SegmentLog, entries: tuple[Entry, ...]) -> None:
+        """Write `entries`, then cut the segment at a random byte of what was just written."""
+        store.append(entries)  # one append writes into the last segment only
+        seg = store._segments[-1]  # noqa: SLF001 - our own module's internals
+        start = seg.offsets[entries[0].index - seg.first]
+        os.truncate(seg.path, self.rng.randrange(start, seg.size))
+
+    def close(self) -> None:
+        """Release the on-disk logs (disk mode)."""
+        for i in list(self.stores):
+            self.stores.pop(i).close()
 
     def stabilize(self, max_steps: int = 1000) -> None:
         """Deliver messages without ticking until the network is quiet."""
@@ -350,10 +388,13 @@ def run_schedule(
     propose_rate: float = 0.3,
     heal_steps: int = 400,
     crash_in_ready: float = 0.0,
+    disk: Path | None = None,
 ) -> SimResult:
-    """One random schedule: faults and proposals for `steps`, then heal and check liveness."""
+    """One random schedule: faults and proposals for `steps`, then heal and check liveness.
+
+    `disk`: persist through real `SegmentLog`s under this directory (see `Sim`)."""
     cfg = config or RaftConfig()
-    sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay, crash_in_ready=crash_in_ready)
+    sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay, crash_in_ready=crash_in_ready, disk=disk)
     rng = random.Random(seed ^ 0x5EED)
     for t in range(steps):
         if rng.random() < fault_rate:
@@ -390,6 +431,7 @@ def run_schedule(
     if not sim.run_until(live, heal_steps):
         sim._violate(f"liveness: no leader committed a proposal within {heal_steps} steps after healing")
     sim.check_logs()
+    sim.close()
     return SimResult(
         seed=seed,
         violations=tuple(sim.violations),

@@ -100,7 +100,11 @@ class BrokerLifecycle:
 
     def set_clock(self, node: str, offset_s: float) -> None:
         """Shift the node's wall clock by offset_s from now on (libfaketime re-reads the file)."""
-        self._put_text(node, self.spec(node).path("faketime.rc"), f"{offset_s:+.3f}\n")
+        # Written aside and renamed: libfaketime re-reads the file on every call and must never
+        # see it half-written (an empty file would mean true time for an instant).
+        path = self.spec(node).path("faketime.rc")
+        self._put_text(node, path + ".new", f"{offset_s:+.3f}\n")
+        run_checked(self.hosts[node], ["mv", "-f", path + ".new", path])
 
     def _env(self, node: str) -> dict[str, str]:
         if not self.faketime:

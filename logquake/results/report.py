@@ -303,6 +303,15 @@ def fault_rows(d: Digest) -> list[dict[str, Any]]:
     return sorted(kinds.values(), key=lambda r: r["kind"])
 
 
+def other_nemesis_ops(d: Digest) -> list[tuple[str, int]]:
+    """Nemesis ops that are not start-X/stop-X (a custom nemesis): f and how often."""
+    counts: dict[str, int] = {}
+    for op in d.nemesis_ops:
+        if not op.f.startswith(("start-", "stop-")):
+            counts[op.f] = counts.get(op.f, 0) + 1
+    return sorted(counts.items())
+
+
 def _seed(files: RunFiles) -> Any:
     test = files.test
     for src in (test, test.get("config") if isinstance(test.get("config"), dict) else {}):
@@ -330,6 +339,7 @@ def _template() -> jinja2.Template:
         trim_blocks=True, lstrip_blocks=True,
     )
     env.filters["num"] = lambda n: f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else n
+    env.filters["secs"] = lambda x: f"{x:,.1f} s" if x >= 1 else f"{x * 1e3:.1f} ms"
     return env.get_template("report.html.j2")
 
 
@@ -362,6 +372,7 @@ def render_report(files: RunFiles, d: Digest) -> str:
         duration=d.end_time / plots.NS, params=test_params(files.test), op_headers=headers, op_rows=rows,
         n_ops=d.n_ops, n_client_ops=d.n_client_ops, faults=fault_rows(d), intervals=d.intervals[:200],
         n_intervals=len(d.intervals), fault_colours=plots.fault_colours(d.intervals),
+        other_nemesis=other_nemesis_ops(d),
         error_types=results.get("error_types") or sorted(anomalies),
         bad_error_types=results.get("bad_error_types") or [], anomalies=anomaly_sections(anomalies, files.results, d),
         figures={k: _figure_html(f, f"plot-{k}") for k, f in figures.items()}, key_logs=key_logs,

@@ -17,6 +17,10 @@ The shell's loop, for every node and group:
         state_machine.apply(rd.committed)        # in order
         node.advance(rd)
 
+Appends and heartbeats (only leaders send them) may go out before the write: the leader counts
+its own log only up to what it persisted, so sending early is safe (thesis §10.2.1; raftsim's
+`crash_in_ready` checks it). Votes and append/heartbeat answers must wait for the write.
+
 At most one Ready is outstanding: `has_ready()` is False and `ready()` raises until `advance`.
 `tick`, `step` and `propose` may be called between `ready()` and `advance()`; messages they
 produce wait for the next Ready, which is what makes "answer only after persisting" hold.
@@ -832,6 +836,7 @@ class MessageDecodeError(ValueError):
     """Bytes that are not a valid `encode_messages` frame (the peer's fault, never a crash)."""
 
 
+# logquake.broker.wire reuses these four names to write frames without joining them.
 _VERSION = 1
 _FRAME = struct.Struct("<BI")  # version, message count
 # kind, flags(bit0=reject), group length, frm, to, term, log_term, index, commit, reject_hint, n_entries

@@ -13,7 +13,15 @@ from logquake.nemesis.faults import (
     PartitionFault,
     PauseFault,
 )
-from logquake.nemesis.grudges import GRUDGES, Grudge, complete_grudge, cut_links, describe_grudge, make_grudge
+from logquake.nemesis.grudges import (
+    CLIENTS,
+    GRUDGES,
+    Grudge,
+    complete_grudge,
+    cut_links,
+    describe_grudge,
+    make_grudge,
+)
 from logquake.nemesis.net import CHAIN, LOSS_CHAIN, Net
 from logquake.nemesis.protocol import Fault, Nemesis, NemesisTarget, NoopNemesis
 from logquake.nemesis.schedule import Action, FlipFlop, NemesisScheduler, simulate
@@ -21,6 +29,7 @@ from logquake.nemesis.targets import TARGETS, pick_targets
 
 __all__ = [
     "CHAIN",
+    "CLIENTS",
     "GRUDGES",
     "LOSS_CHAIN",
     "TARGETS",

@@ -15,6 +15,7 @@ from logquake.nemesis.faults import (
     PartitionFault,
     PauseFault,
 )
+from logquake.nemesis.grudges import CLIENTS
 from logquake.nemesis.net import Net
 from logquake.nemesis.protocol import Fault, Nemesis, NemesisTarget, NoopNemesis
 
@@ -89,5 +90,9 @@ def build_nemesis(cfg: TestConfig, cluster: NemesisTarget) -> Nemesis:
         return NoopNemesis()
     rng = random.Random(f"nemesis-{cfg.seed}")
     iptables = getattr(getattr(cluster, "state", None), "iptables", "iptables-nft")
-    net = Net(cluster.hosts, cluster.addresses, iptables=iptables)
+    addresses = dict(cluster.addresses)
+    harness = getattr(cluster, "harness_address", None)
+    if harness:
+        addresses[CLIENTS] = harness
+    net = Net(cluster.hosts, addresses, iptables=iptables)
     return CombinedNemesis(make_faults(cfg.nemesis, cluster, rng, net), net=net)

@@ -34,6 +34,11 @@ def _targets(target: NemesisTarget, rng: random.Random, kind: str | None) -> lis
 
 
 class PartitionFault:
+    """Grudges between brokers; `partition:clients` cuts some brokers off from the clients only.
+
+    Random choice is among the broker-broker shapes; the client one is opt-in by name.
+    """
+
     name = "partition"
     variants = tuple(GRUDGES)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["Grudge", "GRUDGES", "complete_grudge", "one", "majority", "majorities_ring", "bridge", "leaders",
+__all__ = ["Grudge", "GRUDGES", "CLIENTS", "clients", "complete_grudge", "one", "majority", "majorities_ring", "bridge", "leaders",
            "make_grudge", "cut_links", "describe_grudge"]
 
 Grudge = dict[str, frozenset[str]]
@@ -87,6 +87,16 @@ def leaders(nodes: Sequence[str], rng: random.Random, *, current: Iterable[str] 
     return complete_grudge([[n] for n in lead] + ([rest] if rest else []))
 
 
+CLIENTS = "clients"  # pseudo-node: the harness's client address, for client-broker partitions
+
+
+def clients(nodes: Sequence[str], rng: random.Random) -> Grudge:
+    """A random minority (at least one) of nodes stops hearing the clients; brokers still talk."""
+    size = rng.randint(1, max(1, (len(nodes) - 1) // 2))
+    cut = set(rng.sample(list(nodes), size))
+    return {n: frozenset({CLIENTS}) if n in cut else frozenset() for n in nodes}
+
+
 GRUDGES: dict[str, Callable[..., Grudge]] = {
     "one": one,
     "majority": majority,
@@ -97,8 +107,13 @@ GRUDGES: dict[str, Callable[..., Grudge]] = {
 
 
 def make_grudge(kind: str, nodes: Sequence[str], rng: random.Random, *, current_leaders: Iterable[str] = ()) -> Grudge:
+    """Grudge `kind` (a key of GRUDGES, or "clients", which is only ever asked for explicitly)."""
     if kind == "leaders":
         return leaders(nodes, rng, current=current_leaders)
+    if kind == CLIENTS:
+        return clients(nodes, rng)
+    if kind not in GRUDGES:
+        raise ValueError(f"unknown partition {kind!r}; allowed: {', '.join([*GRUDGES, CLIENTS])}")
     return GRUDGES[kind](nodes, rng)
 
 

@@ -76,7 +76,10 @@ class Net:
         self._state.clear()
 
     def drop(self, grudge: Grudge) -> None:
-        """Make every node drop packets from the nodes it holds a grudge against (replacing any old one)."""
+        """Make every node drop packets from the nodes it holds a grudge against (replacing any old one).
+
+        Grudge entries may name non-node peers present in `addresses` (e.g. "clients").
+        """
 
         def apply(node: str) -> None:
             peers = sorted(grudge.get(node, ()))

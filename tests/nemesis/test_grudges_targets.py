@@ -98,3 +98,18 @@ def test_leader_targets_and_unknown_kind():
     assert len(pick_targets("leaders", NODES, random.Random(1))) == 1
     with pytest.raises(ValueError, match="unknown target kind"):
         pick_targets("some", NODES, random.Random(1))
+
+
+@given(node_lists, seeds)
+def test_clients_grudge_cuts_a_minority_from_the_clients_only(nodes, seed):
+    from logquake.nemesis import CLIENTS
+
+    g = make_grudge(CLIENTS, nodes, random.Random(seed))
+    cut = [n for n, d in g.items() if d]
+    assert all(g[n] == {CLIENTS} for n in cut) and 1 <= len(cut) < len(nodes) / 2 + 0.5
+    assert set(g) == set(nodes)
+
+
+def test_unknown_partition_kind():
+    with pytest.raises(ValueError, match="unknown partition"):
+        make_grudge("everything", NODES, random.Random(0))

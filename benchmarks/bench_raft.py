@@ -5,7 +5,9 @@ does (one frame per destination per round), while the leader proposes entries th
 batch of `--batch` 1 KiB records. Printed: records/s through Raft to commit on the leader, and
 the same bytes through two references measured in the same run: a bare `bytes` copy (what moving
 the data costs at least) and the codec alone (encode + decode of the same append frames). The
-ratios, not the absolute numbers, are what carry over to another machine.
+ratios, not the absolute numbers, are what carry over to another machine. Also: SegmentLog
+append rates with fsync never vs always (set BENCH_DIR to measure a particular filesystem),
+and how many random simulation schedules run per second.
 
     .venv/bin/python benchmarks/bench_raft.py [--records 200000] [--batch 16] [--sim 200]
 """
@@ -13,12 +15,15 @@ ratios, not the absolute numbers, are what carry over to another machine.
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import tempfile
 import time
 from collections import defaultdict
 
 from logquake.broker.raft import Entry, Message, MsgKind, RaftNode, decode_messages, encode_messages
 from logquake.broker.raftsim import run_many
+from logquake.broker.storage import SegmentLog
 
 RECORD = 1024
 
@@ -80,6 +85,20 @@ def codec_reference(records: int, batch: int, per_round: int) -> float:
     return time.perf_counter() - start
 
 
+def storage_rate(records: int, batch: int, policy: str) -> float:
+    """Records/s appended to a SegmentLog, one entry (`batch` records) per append call."""
+    payload = bytes(RECORD * batch)
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
+        with SegmentLog(d, fsync=policy) as s:
+            s.load()
+            start = time.perf_counter()
+            for i in range(1, records // batch + 1):
+                s.append([Entry(1, i, payload)])
+            s.sync()
+            took = time.perf_counter() - start
+    return records / took
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=200_000)
@@ -100,6 +119,12 @@ def main() -> None:
     )
     small = raft_round_trip(a.records // a.batch, 1, a.per_round)[0]
     print(f"raft 3 nodes, 1 record per entry: {a.records // a.batch / small:,.0f} entries/s")
+    never = storage_rate(a.records // 4, a.batch, "never")
+    always = storage_rate(a.records // 40, a.batch, "always")
+    print(
+        f"SegmentLog append, {a.batch} records per entry: fsync=never {never:,.0f} records/s, "
+        f"fsync=always (one fsync per entry) {always:,.0f} records/s ({never / always:.0f}x slower)"
+    )
     start = time.perf_counter()
     results = run_many(range(a.sim))
     took = time.perf_counter() - start

@@ -876,6 +876,10 @@ def encode_messages(msgs: Sequence[Message]) -> bytes:
 def decode_messages(buf: bytes | bytearray | memoryview) -> list[Message]:
     """Inverse of `encode_messages`; raises `MessageDecodeError` on any malformed input."""
     mv = memoryview(buf)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    src = buf
+    whole = isinstance(buf, bytes)  # slicing bytes copies once and is cheaper than via memoryview
     n = len(mv)
     if n < _FRAME.size:
         raise MessageDecodeError(f"frame of {n} bytes is shorter than its header")
@@ -914,7 +918,7 @@ def decode_messages(buf: bytes | bytearray | memoryview) -> list[Message]:
             pos += esize
             if pos + dlen > n:
                 raise MessageDecodeError("truncated entry data")
-            ents.append(Entry(et, ei, bytes(mv[pos : pos + dlen])))
+            ents.append(Entry(et, ei, src[pos : pos + dlen] if whole else bytes(mv[pos : pos + dlen])))
             pos += dlen
         out.append(
             Message(k, group, frm, to, term, log_term, index, tuple(ents), commit, bool(flags & 1), hint)

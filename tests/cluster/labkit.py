@@ -168,3 +168,15 @@ def fake_counter(cluster, node: str) -> int:
 
 def fake_clock(cluster, node: str) -> float:
     return float(Path(cluster.lifecycle.spec(node).path("clock")).read_text().split()[0])
+
+
+def status_rows(out: str) -> dict[str, tuple[str, int | None, str]]:
+    """{node: (address, pid, up)} from the table `logquake cluster status` prints."""
+    import re
+
+    rows = {}
+    for line in out.splitlines():
+        m = re.search(r"│\s*(n\d+)\s*│\s*(10\.77\.\d+\.\d+)\s*│\s*(\d+|-)\s*│\s*(yes|no)\s*│", line)
+        if m:
+            rows[m[1]] = (m[2], None if m[3] == "-" else int(m[3]), m[4])
+    return rows

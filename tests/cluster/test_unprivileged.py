@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from .labkit import status_rows
+
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,9 +83,10 @@ def test_cluster_cli_up_status_down_as_an_unprivileged_user(nobody_env):
     assert re.fullmatch(r"(10\.77\.\d+\.\d+:9092,){2}10\.77\.\d+\.\d+:9092", up.stdout.strip())
     status = _as_nobody([py, "-m", "logquake", "cluster", "status"], env={**env, "COLUMNS": "200"})
     assert status.returncode == 0, status.stderr[-3000:]
-    rows = [line for line in status.stdout.splitlines() if re.search(r"\bn[123]\b", line)]
-    assert len(rows) == 3, status.stdout
-    pids = [int(m) for line in rows for m in re.findall(r"\b(\d{2,})\b", line.split("10.77.")[1].split(" ", 1)[1])][:3]
+    rows = status_rows(status.stdout)
+    assert sorted(rows) == ["n1", "n2", "n3"], status.stdout
+    pids = [pid for _addr, pid, _up in rows.values()]
+    assert all(pids) and all(up == "yes" for *_x, up in rows.values())
     down = _as_nobody([py, "-m", "logquake", "cluster", "down"], env=env)
     assert down.returncode == 0 and " down" in down.stdout, down.stderr
     for pid in pids:

@@ -1,6 +1,6 @@
 """A running cluster as the runner sees it: nodes, bootstrap servers, broker lifecycle, teardown.
 
-`open_cluster(cfg, run_dir)` builds the hosts of `cfg.backend` (only `lab` so far), installs
+`open_cluster(cfg, run_dir)` builds the hosts of `cfg.backend` (lab here; the others in backends.py), installs
 and starts a broker on each, and returns a `Cluster`, a context manager whose exit always
 tears everything down, even after an exception.
 """
@@ -23,7 +23,7 @@ from logquake.cluster.lab import create_lab, lab_hosts, stop_lab
 from logquake.cluster.lifecycle import BrokerLifecycle, NodeSpec
 from logquake.cluster.state import LabState
 from logquake.config import TestConfig
-from logquake.errors import ConfigError, NotImplementedYet
+from logquake.errors import ConfigError
 
 __all__ = ["Cluster", "open_cluster", "attach_cluster", "node_names", "partition_leaders"]
 
@@ -155,8 +155,10 @@ def fuse_usable() -> bool:
 
 def open_cluster(cfg: TestConfig, run_dir: Path, *, start: bool = True) -> Cluster:
     """Bring up cfg.nodes lab nodes under run_dir/nodes/ and start a broker on each."""
-    if cfg.backend != "lab":
-        raise NotImplementedYet(f"backend {cfg.backend!r} is not implemented yet", hint="use backend: lab")
+    if cfg.backend != "lab":  # docker, ssh, external: logquake/cluster/backends.py
+        from logquake.cluster.backends import open_backend
+
+        return open_backend(cfg, run_dir, start=start)
     if cfg.nodes < 1:
         raise ConfigError("nodes", f"must be at least 1, got {cfg.nodes}")
     run_dir = Path(run_dir).resolve()

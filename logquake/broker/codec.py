@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -57,6 +64,7 @@ class ApiKey:
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
 
 
 # (min, max, request class, response class); the ranges are DESIGN.md §3's, one contiguous
@@ -69,6 +77,9 @@ API_RANGES: dict[int, tuple[int, int, Any, Any]] = {
     ApiKey.API_VERSIONS: (0, 3, ApiVersionsRequest, ApiVersionsResponse),
     ApiKey.CREATE_TOPICS: (2, 5, CreateTopicsRequest, CreateTopicsResponse),
     ApiKey.INIT_PRODUCER_ID: (0, 4, InitProducerIdRequest, InitProducerIdResponse),
+    # Not in DESIGN §3's list, but kafka-python consumers (KIP-320) stall after a leader change
+    # without it; 2-4 is the range of the upstream schema.
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
 }
 
 UNSUPPORTED_VERSION = 35

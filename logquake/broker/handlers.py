@@ -45,6 +45,8 @@ INVALID_REPLICATION_FACTOR = 38
 INVALID_REQUEST = 42
 INVALID_TOPIC_EXCEPTION = 17
 UNKNOWN_SERVER_ERROR = -1
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
 CLUSTER_ID = "logquake"
 
 
@@ -62,6 +64,7 @@ class KafkaApi:
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
         }
         self.ack_early = node.cfg.unsafe.get("ack") == "early"
         self.dedup = node.cfg.unsafe.get("dedup") != "off"
@@ -334,6 +337,31 @@ class KafkaApi:
                 parts.append(T.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=err,
                                                             timestamp=ts, offset=off, leader_epoch=epoch))
             topics.append(T(name=t.name, partitions=parts))
+        return cls(throttle_time_ms=0, topics=topics)
+
+    # ---- OffsetForLeaderEpoch ----------------------------------------------------------------
+
+    def offset_for_leader_epoch(self, req: Request) -> Any:
+        """KIP-320: where a leader epoch ends, so a consumer can detect a truncated log."""
+        cls = codec.API_RANGES[ApiKey.OFFSET_FOR_LEADER_EPOCH][3][req.api_version]
+        T = cls.OffsetForLeaderTopicResult
+        topics = []
+        for t in req.body.topics:
+            parts = []
+            for p in t.partitions:
+                rep, err = self._leader_replica(t.topic, p.partition)
+                epoch, end = -1, -1
+                if rep is not None:
+                    term = rep.raft.term
+                    if p.current_leader_epoch >= 0 and p.current_leader_epoch != term:
+                        err = FENCED_LEADER_EPOCH if p.current_leader_epoch < term else UNKNOWN_LEADER_EPOCH
+                    else:
+                        epoch, end = rep.state.end_offset_for_epoch(p.leader_epoch)
+                if err != NONE:
+                    self._reject(req, t.topic, p.partition, err)
+                parts.append(T.EpochEndOffset(error_code=err, partition=p.partition, leader_epoch=epoch,
+                                              end_offset=end))
+            topics.append(T(topic=t.topic, partitions=parts))
         return cls(throttle_time_ms=0, topics=topics)
 
     # ---- CreateTopics -------------------------------------------------------------------------

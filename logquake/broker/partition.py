@@ -70,6 +70,16 @@ class PartitionState:
     def last_stable_offset(self) -> int:
         return txn_index.last_stable_offset(self.txns, self.next_offset)
     last_term: int = 0  # term of the last applied entry (= leader epoch that wrote it)
+    epochs: list[tuple[int, int]] = field(default_factory=list)  # (leader epoch, its first offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """KIP-320: (largest leader epoch <= `epoch` with records, the offset where it ends),
+        or (-1, -1) when no records were written in such an epoch."""
+        i = bisect.bisect_right(self.epochs, (epoch, 2**63)) - 1
+        if i < 0:
+            return -1, -1
+        end = self.epochs[i + 1][1] if i + 1 < len(self.epochs) else self.next_offset
+        return self.epochs[i][0], end
 
     def locate(self, offset: int) -> int:
         """Index in `batches` of the batch holding `offset` (or the first after it)."""
@@ -110,6 +120,8 @@ def apply(state: PartitionState, *, index: int, term: int, data: bytes) -> Apply
         return ApplyResult()
     kind = data[0]
     if kind == KIND_RECORDS:
+        if not state.epochs or state.epochs[-1][0] != term:
+            state.epochs.append((term, state.next_offset))
         return _apply_records(state, index, memoryview(data)[1:])
     raise ApplyError(f"unknown entry kind {kind:#x} at index {index}")
 

@@ -117,3 +117,31 @@ def test_minority_partitioned_leader_stops_accepting_acks_all(tmp_path) -> None:
         c.wait_leaders("mi", timeout=60)
         offsets, errors = confluent_produce(c.bootstrap_servers, "mi", [b"after"], extra={"message.timeout.ms": 60_000})
         assert not errors and offsets
+
+
+def test_kafka_python_consumer_continues_after_leader_change(tmp_path) -> None:
+    """kafka-python validates its position with OffsetForLeaderEpoch (KIP-320) after a leader change."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides=FAST) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("kp")
+        first = [f"a{i}".encode() for i in range(50)]
+        assert not confluent_produce(c.bootstrap_servers, "kp", first)[1]
+        cons = KafkaConsumer(bootstrap_servers=c.bootstrap_servers, enable_auto_commit=False,
+                             consumer_timeout_ms=1000)
+        tp = TopicPartition("kp", 0)
+        cons.assign([tp])
+        cons.seek_to_beginning(tp)
+        got: list[bytes] = []
+        try:
+            _wait(lambda: got.extend(m.value for m in cons) or len(got) >= 50, 60, "the first 50 messages")
+            old = c.leader("kp")
+            c.kill(old)
+            c.wait_leaders("kp", exclude={old}, timeout=60)
+            second = [f"b{i}".encode() for i in range(50)]
+            assert not confluent_produce(c.bootstrap_servers, "kp", second, extra={"message.timeout.ms": 60_000})[1]
+            _wait(lambda: got.extend(m.value for m in cons) or len(got) >= 100, 90, "the 50 after the failover")
+        finally:
+            cons.close()
+        assert got == first + second

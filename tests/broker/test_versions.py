@@ -133,3 +133,27 @@ def test_init_producer_id_unique(cluster, v) -> None:
     ids = {kafka_request(*cluster.address(n), R(transactional_id=None, transaction_timeout_ms=60_000, **kw),
                          timeout=15).producer_id for n in (1, 2, 3)}
     assert len(ids) == 3 and all(i >= 0 for i in ids)
+
+
+@pytest.mark.parametrize("v", _versions(ApiKey.OFFSET_FOR_LEADER_EPOCH))
+def test_offset_for_leader_epoch(cluster, leader, v) -> None:
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest
+
+    md = cluster.metadata(1, ["ver"])
+    epoch = md.topics[0].partitions[0].leader_epoch
+    L = ListOffsetsRequest[7]
+    hw = kafka_request(*leader, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(name="ver", partitions=[
+        L.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-1, current_leader_epoch=-1)])])
+    ).topics[0].partitions[0].offset
+    R = OffsetForLeaderEpochRequest[v]
+
+    def ask(leader_epoch: int, current: int = -1):  # type: ignore[no-untyped-def]
+        req = R(replica_id=-1, topics=[R.OffsetForLeaderTopic(topic="ver", partitions=[
+            R.OffsetForLeaderTopic.OffsetForLeaderPartition(partition=0, current_leader_epoch=current,
+                                                            leader_epoch=leader_epoch)])])
+        return kafka_request(*leader, req).topics[0].partitions[0]
+
+    cur = ask(epoch, epoch)
+    assert cur.error_code == 0 and cur.leader_epoch == epoch and cur.end_offset == hw
+    assert ask(0).leader_epoch == -1  # before any epoch with records: undefined
+    assert ask(epoch, epoch + 5).error_code == 75  # UNKNOWN_LEADER_EPOCH: the client is ahead of us

@@ -612,6 +612,8 @@ def verdict_table(results: dict[str, Any]) -> Any:
     for kind, entry in sorted((results.get("anomalies") or {}).items()):
         count = entry.get("count", "") if isinstance(entry, dict) else ""
         t.add_row(kind, str(count), "[red]yes[/]" if kind in bad else "no")
+    if not t.rows:
+        t.add_row("[dim]none[/]", "0", "")
     if results.get("error"):
         t.caption = str(results["error"])
     return t

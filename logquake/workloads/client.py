@@ -4,7 +4,8 @@ One adapter per library (confluent.py, kafkapython.py) implements `Client`. The 
 here are shared by both and pure: key <-> topic-partition mapping, completing an op from
 its partly filled micro-ops, and the consumer's seek-back positions after a failed or
 indeterminate op. `Validated` checks the contract (tests use it); `WithTimeout` turns a
-hung call into `info` so one stuck client never stalls a worker.
+hung call into `info` so one stuck client never stalls its caller. (The runner gets the same
+effect from one watchdog thread for all workers, without a thread hop per call.)
 """
 
 from __future__ import annotations

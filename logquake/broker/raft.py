@@ -261,6 +261,11 @@ class RaftNode:
         self._vote = hs.vote
         self._commit = min(hs.commit, len(log))
         self._persisted_hs = HardState(self._term, self._vote, self._commit)
+        if log and log[-1].term > self._term:
+            # A crash between writing a Ready's entries and its hard state: we accepted entries
+            # of that term, so we were in it. Restore currentTerm >= every log term; the vote is
+            # None because a vote is always durable before it is sent.
+            self._term, self._vote = log[-1].term, None
         self._stable = len(log)  # last index known durable (advanced)
         self._handed = len(log)  # last index handed out in a Ready
         self._applied = min(applied, self._commit)  # last index handed out as committed

@@ -252,6 +252,9 @@ class Sim:
         if self.crash_in_ready and self.rng.random() < self.crash_in_ready:
             if rd.entries and node.node_id in self.stores:
                 self._torn_write(self.stores[node.node_id], rd.entries)
+            elif rd.entries and self.rng.random() < 0.5:  # entries written, hard state not
+                del node.log[rd.entries[0].index - 1 :]
+                node.log.extend(rd.entries)
             self.crash(node.node_id)  # the write never completed; votes and acks never left
             return
         store = self.stores.get(node.node_id)

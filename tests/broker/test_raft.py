@@ -349,3 +349,13 @@ def test_unclean_truncation_of_committed_entries_rewinds_the_state_machine() -> 
     rd = r.ready()
     assert rd.rewind_to == 1 and rd.entries == (Entry(2, 2, b""),)
     assert r.committed_truncations == 1 and r.commit_index == 1
+
+
+def test_restart_with_entries_newer_than_the_hard_state_takes_their_term() -> None:
+    # The shell wrote a Ready's entries (term 5) but crashed before its hard state (still term 3).
+    r = node(1, hard_state=HardState(3, 2, 0), entries=log(1, 5))
+    assert (r.term, r.vote) == (5, None)
+    assert r.ready().hard_state == HardState(5, None, 0)  # and it is persisted again
+    r = node(1, hard_state=HardState(3, 2, 0), entries=log(1, 5))
+    r.campaign()
+    assert {m.term for m in r.ready().messages} == {6}  # never campaigns in a term its log holds

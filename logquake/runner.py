@@ -86,6 +86,8 @@ class Stats:
                 self.faults[name] = str(op.value)
             elif op.f.startswith("stop-"):
                 self.faults.pop(name, None)
+            elif op.f == "heal":
+                self.faults.clear()
         elif op.type == OK:
             self.ok += 1
         elif op.type == INFO:

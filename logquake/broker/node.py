@@ -127,9 +127,15 @@ class Node:
                                                          self._gossip_loop())]
         self.kick()
         await self._stopped.wait()
-        for t in self._tasks:
+        ready_task, others = self._tasks[0], self._tasks[1:]
+        for t in others:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.kick()  # the ready loop finishes its current write (never cut in a worker thread) and exits
+        try:
+            await asyncio.wait_for(ready_task, 30)
+        except TimeoutError:
+            log.error("the ready loop did not finish within 30 s; closing anyway")
+        await asyncio.gather(*others, return_exceptions=True)
         await self.server.close()
         await self.transport.close()
         for g in self.groups.values():
@@ -206,9 +212,11 @@ class Node:
                     r.campaign()
 
     async def _ready_loop(self) -> None:
-        while True:
+        while not self._stopped.is_set():
             await self._dirty.wait()
             self._dirty.clear()
+            if self._stopped.is_set():
+                return
             await self._process_readies()
 
     async def _process_readies(self) -> None:

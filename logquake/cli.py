@@ -57,6 +57,10 @@ def run(
     seed: Annotated[int | None, typer.Option(help="RNG seed for ops and faults (random if unset).")] = None,
     name: Annotated[str | None, typer.Option(help="Test name (results/<name>/...).")] = None,
     results_dir: Annotated[str | None, typer.Option(help="Where run directories go (default results).")] = None,
+    backend: Annotated[str | None, typer.Option(help="lab | docker | ssh | external (default lab).")] = None,
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="external backend: the cluster's host:port list, comma-separated.")
+    ] = None,
 ) -> None:
     """Run one test: cluster up, workload + nemesis, heal, drain, analyse, store.
 
@@ -71,6 +75,7 @@ def run(
             "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
             "nemesis": nemesis, "nemesis_interval": nemesis_interval, "txn": txn, "sub_via": sub_via,
             "client": client, "seed": seed, "name": name, "results_dir": results_dir,
+            "backend": backend, "bootstrap_servers": bootstrap_servers,
         },
     )
     raise typer.Exit(run_with_display(cfg, Console()))

@@ -103,10 +103,10 @@ def _symbols(d: Digest) -> dict[str, str]:
     return {f: F_SYMBOLS[i % len(F_SYMBOLS)] for i, f in enumerate(fs)}
 
 
-def latency_figure(d: Digest, *, max_points: int = MAX_SCATTER_POINTS) -> Figure:
+def latency_figure(d: Digest, *, max_points: int | None = None) -> Figure:
     """Latency of each op against its invocation time, by op kind (marker) and outcome (colour)."""
     traces = []
-    budgets = _budgets(d.series, max_points)
+    budgets = _budgets(d.series, max_points or MAX_SCATTER_POINTS)
     symbols = _symbols(d)
     sampled = False
     for (f, outcome), s in sorted(d.series.items()):

@@ -19,7 +19,7 @@ import paramiko
 
 from logquake.cluster.host import ExecResult, run_checked, shell_join, spawn_script
 from logquake.cluster.hostcfg import HostEntry
-from logquake.errors import HostError, MissingPrerequisite
+from logquake.errors import ConfigError, HostError, MissingPrerequisite
 
 __all__ = ["SshHost"]
 
@@ -42,7 +42,10 @@ class SshHost:
             client = paramiko.SSHClient()
             known = os.path.expanduser(e.known_hosts)
             if os.path.exists(known):
-                client.load_host_keys(known)
+                try:
+                    client.load_host_keys(known)
+                except (paramiko.hostkeys.InvalidHostKey, paramiko.SSHException) as x:
+                    raise ConfigError(f"hosts.{self.name}.known_hosts", f"{known} is not a known_hosts file: {x}") from None
             if e.accept_new_host_keys:
                 os.makedirs(os.path.dirname(known) or ".", exist_ok=True)
                 client.set_missing_host_key_policy(_AcceptNew(known))

@@ -10,7 +10,8 @@ Figures (medians over rounds):
   partition_s        Net.drop(majority grudge) on every node, i.e. until the rules are in place
   heal_s             Net.heal() on every node
 References (same machine, same moment):
-  python_start_s     starting 5 `python -c pass` processes in parallel (what a broker start costs at least)
+  python_start_s     starting 5 `python -c pass` processes in parallel
+  broker_cli_start_s 5 parallel imports of logquake.cli + logquake.broker.process: paid by every broker start
   nsenter_s          one `nsenter ... true` into a node (one round of any fault on one node)
 Targets from issue #5: cluster_up_s < 5 s, partition_s < 200 ms.
 """
@@ -40,9 +41,9 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def python_start(n: int) -> float:
+def python_start(n: int, args: tuple[str, ...] = ("-c", "pass")) -> float:
     def one(_: int) -> None:
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        subprocess.run([sys.executable, *args], check=True, capture_output=True)
 
     with ThreadPoolExecutor(n) as pool:
         return timed(lambda: list(pool.map(one, range(n))))
@@ -114,6 +115,8 @@ def main() -> None:
     args = ap.parse_args()
     figures = lab_figures(args.nodes, args.rounds)
     figures["python_start_s"] = statistics.median(python_start(args.nodes) for _ in range(3))
+    figures["broker_cli_start_s"] = statistics.median(
+        python_start(args.nodes, ("-c", "import logquake.cli, logquake.broker.process")) for _ in range(3))
     if not args.no_broker:
         try:
             runs = [cluster_up(args.nodes) for _ in range(3)]
@@ -124,6 +127,7 @@ def main() -> None:
     figures["partition_per_nsenter"] = figures["partition_s"] / figures["nsenter_s"]
     if "cluster_up_s" in figures:
         figures["cluster_up_per_python_start"] = figures["cluster_up_s"] / figures["python_start_s"]
+        figures["listening_per_broker_cli_start"] = figures["listening_s"] / figures["broker_cli_start_s"]
     for k, v in figures.items():
         print(f"{k:28} {v:.4f}" if isinstance(v, float) else f"{k:28} {v}")
     print(json.dumps(figures))

@@ -18,8 +18,10 @@ The shell's loop, for every node and group:
         node.advance(rd)
 
 Appends and heartbeats (only leaders send them) may go out before the write: the leader counts
-its own log only up to what it persisted, so sending early is safe (thesis §10.2.1; raftsim's
-`crash_in_ready` checks it). Votes and append/heartbeat answers must wait for the write.
+its own log only up to what it persisted, so sending early is safe (thesis §10.2.1). So may
+heartbeat answers, which claim nothing durable (and then a slow disk does not look like a dead
+follower to check-quorum). raftsim's `crash_in_ready` checks both. Votes and append answers
+must wait for the write.
 
 At most one Ready is outstanding: `has_ready()` is False and `ready()` raises until `advance`.
 `tick`, `step` and `propose` may be called between `ready()` and `advance()`; messages they

@@ -30,6 +30,9 @@ from pathlib import Path
 from logquake.broker.raft import LEADER, Entry, HardState, Message, MsgKind, RaftConfig, RaftNode
 from logquake.broker.storage import SegmentLog
 
+# What a shell may send before persisting the Ready (see raft.py's module docstring).
+_EARLY = frozenset({MsgKind.APPEND, MsgKind.HEARTBEAT, MsgKind.HEARTBEAT_RESP})
+
 __all__ = ["Sim", "SimResult", "SimNode", "describe", "run_many", "run_schedule", "unsafe"]
 
 
@@ -69,8 +72,8 @@ class Sim:
         max_delay: messages arrive 1..max_delay steps after they are sent.
         group: the Raft group's name.
         crash_in_ready: probability that a node dies while handling a Ready, after sending its
-            appends and heartbeats but before persisting (the broker's shell sends those early,
-            thesis §10.2.1; everything else goes out only after the write).
+            appends, heartbeats and heartbeat answers but before persisting (a shell may send
+            those early, thesis §10.2.1; everything else goes out only after the write).
         disk: if set, every node also persists through a real `SegmentLog` in `disk/n<id>` and
             restarts from `load()`; a crash inside a Ready then leaves that write torn at a
             random byte, so storage recovery is exercised together with Raft.
@@ -245,7 +248,7 @@ class Sim:
         rd = r.ready()
         late = []
         for m in rd.messages:
-            if m.kind is MsgKind.APPEND or m.kind is MsgKind.HEARTBEAT:
+            if m.kind in _EARLY:
                 self._send(m)
             else:
                 late.append(m)

@@ -1,0 +1,95 @@
+"""The pure state machines: partition.apply and metadata.apply_metadata, replayed like every replica does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from logquake.broker import partition as pmod
+from logquake.broker.metadata import (
+    MetadataState,
+    alloc_producer_ids_entry,
+    apply_metadata,
+    create_topic_entry,
+)
+from logquake.broker.records import batches_span, parse_batches, rewrite_batches
+
+
+def _batch(n: int, ts: int, pid: int = -1, seq: int = -1) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
+                                  producer_epoch=0 if pid >= 0 else -1, base_sequence=seq, batch_size=1 << 20)
+    for i in range(n):
+        b.append(i, timestamp=ts + i, key=None, value=b"%d" % i, headers=[])
+    return bytes(b.build())
+
+
+# An entry: a term bump (0/1), then either a leader no-op (empty list) or 1-3 batches of 1-5 records.
+entries = st.lists(st.tuples(st.integers(0, 1), st.lists(st.integers(1, 5), max_size=3)), max_size=25)
+
+
+@settings(max_examples=100, deadline=None)
+@given(entries)
+def test_replicas_rebuild_the_same_dense_log(script) -> None:
+    term, leo, log = 1, 0, []
+    for bump, sizes in script:  # the leader: offsets assigned at append, as replica.append does
+        term += bump
+        if not sizes:
+            log.append((term, b""))
+            continue
+        body = b"".join(_batch(n, 1000 * (len(log) + 1)) for n in sizes)
+        hs = parse_batches(body)
+        log.append((term, bytes(rewrite_batches(body, hs, leo, term, prefix=pmod.RECORDS_PREFIX))))
+        leo += batches_span(hs)
+    replicas = [pmod.PartitionState() for _ in range(2)]
+    for st_ in replicas:
+        for i, (t, data) in enumerate(log, start=1):
+            pmod.apply(st_, index=i, term=t, data=data)
+    a, b = replicas
+    assert a.next_offset == b.next_offset == leo == a.high_watermark == a.last_stable_offset
+    assert a.batches == b.batches and a.epochs == b.epochs
+    assert [r.base_offset for r in a.batches] == sorted({r.base_offset for r in a.batches})
+    for off in range(leo):  # every offset is found in the batch holding it
+        ref = a.batches[a.locate(off)]
+        assert ref.base_offset <= off <= ref.last_offset
+    for epoch, start in a.epochs:  # KIP-320 end offsets follow the epoch starts
+        got_epoch, end = a.end_offset_for_epoch(epoch)
+        assert got_epoch == epoch and end > start
+
+
+def test_apply_rejects_an_offset_gap() -> None:
+    body = _batch(2, 0)
+    data = bytes(rewrite_batches(body, parse_batches(body), 5, 1, prefix=pmod.RECORDS_PREFIX))
+    with pytest.raises(pmod.ApplyError):
+        pmod.apply(pmod.PartitionState(), index=1, term=1, data=data)
+
+
+def test_idempotent_batches_build_the_producer_window() -> None:
+    st_ = pmod.PartitionState()
+    off = 0
+    for i, seq in enumerate((0, 3, 6)):
+        body = _batch(3, 0, pid=42, seq=seq)
+        hs = parse_batches(body)
+        pmod.apply(st_, index=i + 1, term=1, data=bytes(rewrite_batches(body, hs, off, 1, prefix=pmod.RECORDS_PREFIX)))
+        off += 3
+    entry = st_.producers.get(42)
+    assert entry is not None and entry.last_sequence == 8 and len(entry.batches) == 3
+
+
+def test_metadata_topics_assignments_and_producer_ids() -> None:
+    st_ = MetadataState(node_ids=(1, 2, 3))
+    r = apply_metadata(st_, index=1, data=create_topic_entry("a", 3, 2))
+    assert r["error_code"] == 0 and len(r["groups"]) == 3
+    parts = st_.topics["a"].partitions
+    assert [p.replicas for p in parts] == [(1, 2), (2, 3), (3, 1)]  # leaders spread over the nodes
+    assert len({p.group_id for p in parts}) == 3
+    assert apply_metadata(st_, index=2, data=create_topic_entry("a", 1, 1))["error_code"] == 36
+    assert apply_metadata(st_, index=3, data=create_topic_entry("b", 1, 4))["error_code"] == 38
+    assert apply_metadata(st_, index=4, data=create_topic_entry("b c", 1, 1))["error_code"] == 17
+    first = apply_metadata(st_, index=5, data=alloc_producer_ids_entry(10, node=2, nonce="x"))["first"]
+    second = apply_metadata(st_, index=6, data=alloc_producer_ids_entry(10, node=3, nonce="y"))["first"]
+    assert second == first + 10 and st_.producer_id_blocks[3] == ("y", second, 10)
+    assert apply_metadata(st_, index=7, data=json.dumps({"op": "nope"}).encode())["error_code"] == -1

@@ -63,6 +63,7 @@ def test_host_entries_are_checked():
         parse_hosts(({"address": "a", "name": "n"}, {"address": "b", "name": "n"}), "ssh")
 
 
+@pytest.mark.slow
 def test_short_ssh_run_with_partitions_and_kills(tmp_path):
     """`logquake run --backend ssh`: upload, brokers, faults, all through paramiko."""
     import yaml

@@ -106,6 +106,7 @@ def test_down_spares_a_cluster_whose_harness_is_running_unless_all(tmp_path, mon
         assert not state.path.exists() and not _running(state.holders["n1"].pid)
 
 
+@pytest.mark.slow
 def test_daemons_are_found_even_when_their_namespace_holder_died(tmp_path):
     with fake_cluster(2, tmp_path) as c:
         broker = c.lifecycle.pid("n1")

@@ -36,6 +36,7 @@ def test_lab_host_meets_the_host_contract(tmp_path):
         check_host(hosts["n1"], str(tmp_path / "work"))
 
 
+@pytest.mark.slow
 def test_two_clusters_coexist_and_state_files_track_them(tmp_path):
     with lab(2, tmp_path / "a") as (sa, ha), lab(2, tmp_path / "b") as (sb, hb):
         assert sa.subnet != sb.subnet and sa.harness_veth != sb.harness_veth

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.lab
 FAULTS = ("partition", "kill", "pause", "clock", "packet-loss", "disk")
 
 
+@pytest.mark.slow
 def test_schedule_of_every_fault_then_final_heal(tmp_path):
     cfg = TestConfig(nodes=3, replication_factor=3, nemesis=FAULTS, seed=11, nemesis_interval=0.1)
     with fake_cluster(3, tmp_path, faketime=True, lazyfs=True) as c:

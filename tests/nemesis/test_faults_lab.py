@@ -79,6 +79,7 @@ def test_clock_bump_is_seen_by_the_process_and_reset_restores(tmp_path):
             wait_until(lambda n=n: abs(skew(n)) < 5, what=f"{n} back to true time")
 
 
+@pytest.mark.slow
 def test_clock_strobe_flips_between_skewed_and_true_time(tmp_path):
     with fake_cluster(1, tmp_path, faketime=True) as c:
         fault = ClockFault(c, random.Random(0))
@@ -125,6 +126,7 @@ def test_lose_unfsynced_drops_exactly_the_unsynced_tail(tmp_path):
         wait_until(lambda: len(_segment_lines(c, "n1")) > synced + 5, what="writes after restart")
 
 
+@pytest.mark.slow
 def test_disk_fault_lose_unfsynced_and_corrupt_tail(tmp_path):
     with fake_cluster(3, tmp_path, lazyfs=True) as c:
         fault = DiskFault(c, random.Random(1))

@@ -67,6 +67,7 @@ def test_packet_loss_rule_and_total_loss_cuts_links(lab5):
     assert connect_matrix(state, hosts) == set()
 
 
+@pytest.mark.slow
 def test_thorough_heal_removes_leftovers_of_a_crashed_harness(lab5):
     state, hosts, _net = lab5
     crashed = Net(hosts, state.addresses, iptables=state.iptables)
@@ -81,6 +82,7 @@ def test_thorough_heal_removes_leftovers_of_a_crashed_harness(lab5):
     assert connect_matrix(state, hosts) == set()
 
 
+@pytest.mark.slow
 def test_clients_partition_cuts_only_the_harness_from_some_brokers(lab5):
     from logquake.cluster.lab import harness_can_reach
     from logquake.nemesis import CLIENTS

@@ -1,0 +1,97 @@
+"""The docker backend: containers on a user network, every fault through exec in them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from logquake.cluster import open_cluster
+from logquake.cluster.conformance import check_host
+from logquake.cluster.docker import LABEL, docker_client
+from logquake.config import resolve_config
+
+from .dockerkit import require_docker
+from .labkit import wait_until
+
+
+def _leftovers(cid: str) -> list[str]:
+    client = docker_client()
+    return ([c.name for c in client.containers.list(all=True, filters={"label": f"{LABEL}={cid}"})]
+            + [n.name for n in client.networks.list(filters={"label": f"{LABEL}={cid}"})])
+
+
+def test_docker_nodes_meet_the_host_contract_and_take_faults(tmp_path):
+    require_docker()
+    from logquake.nemesis import Net, make_grudge
+
+    cfg = resolve_config(None, {"backend": "docker", "nodes": 3, "replication_factor": 3})
+    with open_cluster(cfg, tmp_path, start=False) as cluster:
+        cid = cluster.docker_id
+        assert _leftovers(cid)
+        host = cluster.hosts["n1"]
+        check_host(host, "/tmp/work")
+        # fixed addresses on one user network, NET_ADMIN for iptables inside
+        assert cluster.addresses["n1"] in host.exec(["ip", "-4", "-o", "addr"]).out
+        lc = cluster.lifecycle
+        cluster.start_all()
+        cluster.wait_ready(120)
+        # a partition through iptables in the containers, then healed
+        net = Net(cluster.hosts, cluster.addresses, iptables=cluster.state.iptables)
+        import random
+
+        grudge = make_grudge("majority", cluster.nodes, random.Random(1))
+        net.drop(grudge)
+        assert "LOGQUAKE" in net.rules(next(iter(grudge)))
+        net.heal()
+        assert "LOGQUAKE" not in net.rules("n1")
+        # SIGKILL, SIGSTOP/SIGCONT and restarts through exec
+        assert lc.kill("n2") and not lc.is_up("n2")
+        lc.start("n2")
+        assert lc.pause("n3") and "T" in host_stat(cluster, "n3")
+        assert lc.resume("n3")
+        wait_until(lambda: "T" not in host_stat(cluster, "n3"), what="n3 resumed")
+        cluster.wait_ready(120)
+    assert _leftovers(cid) == [], "teardown must remove containers and network"
+
+
+def host_stat(cluster, node: str) -> str:
+    pid = cluster.lifecycle.pid(node)
+    return cluster.hosts[node].exec(["ps", "-o", "stat=", "-p", str(pid)]).out
+
+
+def test_clock_fault_reaches_the_broker_through_faketime(tmp_path):
+    require_docker()
+    cfg = resolve_config(None, {"backend": "docker", "nodes": 1, "replication_factor": 1, "nemesis": "clock"})
+    with open_cluster(cfg, tmp_path, start=False) as cluster:
+        lc, host = cluster.lifecycle, cluster.hosts["n1"]
+        lc.set_clock("n1", 3600.0)
+        env = lc._env("n1")
+        script = "import time; print(int(time.time()))"
+        rc, out, err = host.exec(["env", *(f"{k}={v}" for k, v in env.items()), lc.python, "-c", script])
+        assert rc == 0, err
+        rc2, real, _ = host.exec(["date", "+%s"])
+        assert int(out) - int(real) > 3000, (out, real)
+
+
+@pytest.mark.slow
+def test_short_docker_run_with_partitions_and_kills(tmp_path):
+    require_docker()
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "logquake", "run", "--backend", "docker", "--nodes", "3", "--nemesis",
+           "partition,kill", "--nemesis-interval", "2", "--time-limit", "12", "--rate", "40", "--concurrency", "3",
+           "--seed", "5", "--results-dir", str(results)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    out = p.stdout + p.stderr
+    run_dir = (results / "latest").resolve()
+    assert (run_dir / "results.json").is_file(), out[-3000:]
+    res = json.loads((run_dir / "results.json").read_text())
+    ops = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    faults = [o["value"] for o in ops if o.get("process") == "nemesis" and o["f"].startswith("start-")]
+    assert faults, out[-2000:]
+    assert sum(o.get("type") == "ok" for o in ops) > 50, out[-2000:]
+    assert res.get("valid") is True, f"{json.dumps(res)[:2000]}\n{out[-2000:]}"
+    assert any((run_dir / "nodes").rglob("broker.log")), "node logs must be collected from the containers"
+    assert not docker_client().containers.list(all=True, filters={"label": LABEL}), "containers left behind"

@@ -29,7 +29,7 @@ def assert_safe(results) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_safety_and_liveness_over_random_schedules(name: str) -> None:
-    results = run_many(range(150 if name == "default" else 60), **CONFIGS[name])
+    results = run_many(range(100 if name == "default" else 40), **CONFIGS[name])
     assert_safe(results)
     # The schedules did exercise something: elections, crashes and commits.
     assert sum(r.leaders for r in results) > 1.5 * len(results)
@@ -43,9 +43,9 @@ def test_schedules_are_deterministic() -> None:
 
 
 def test_unclean_election_loses_committed_entries_and_the_oracle_sees_it() -> None:
-    results = run_many(range(100), config=unsafe())
+    results = run_many(range(60), config=unsafe())
     caught = [r for r in results if r.violations]
-    assert caught, "unclean elections never lost a committed entry in 100 schedules"
+    assert caught, "unclean elections never lost a committed entry in 60 schedules"
     assert any("committed entry" in v for r in caught for v in r.violations)
     assert sum(r.committed_truncations for r in results) > 0
 
@@ -63,7 +63,7 @@ def test_oracle_catches_a_node_that_votes_twice_in_a_term(monkeypatch) -> None: 
             self._vote = m.frm
 
     monkeypatch.setattr(RaftNode, "_handle_vote_request", vote_for_anyone_fresh)
-    results = run_many(range(60))
+    results = run_many(range(30))
     assert any("two leaders in term" in v for r in results for v in r.violations)
 
 
@@ -155,12 +155,12 @@ class RaftSchedule(RuleBasedStateMachine):
 
 
 TestRaftSchedule = RaftSchedule.TestCase
-TestRaftSchedule.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+TestRaftSchedule.settings = settings(max_examples=25, stateful_step_count=40, deadline=None)
 
 
 def test_disk_backed_schedules_recover_torn_writes_safely(tmp_path, caplog) -> None:  # noqa: ANN001
     # Real SegmentLogs under every node; a crash inside a Ready tears that write at a random byte.
     with caplog.at_level(logging.WARNING, logger="logquake.broker.storage"):
-        results = [run_schedule(s, crash_in_ready=0.03, disk=tmp_path / str(s)) for s in range(25)]
+        results = [run_schedule(s, crash_in_ready=0.03, disk=tmp_path / str(s)) for s in range(15)]
     assert_safe(results)
     assert "truncating" in caplog.text  # torn tails did happen, and were repaired

@@ -3,8 +3,11 @@
 `Sim` plays the shell of every node: it persists each `Ready` in memory, delivers messages after a
 random delay (so they reorder), drops them at a configurable rate or across a partition (cut
 links drop even messages already in flight, as iptables would), crashes nodes (losing every
-Ready not yet advanced) and restarts them from what they persisted. Time is a step counter;
-nothing sleeps, so thousands of schedules run in seconds.
+Ready not yet advanced) and restarts them from what they persisted. Optionally a node also dies
+in the middle of a Ready (`crash_in_ready`: after the messages a shell may send early, before or
+halfway through the write), and persistence can go through real `SegmentLog`s (`disk`), whose
+torn writes are then repaired on restart. Time is a step counter; nothing sleeps: a 300-step
+schedule takes some 10-20 ms, so thousands run in a minute (benchmarks/bench_raft.py).
 
 An oracle watches every step and records violations instead of raising, so a test can show it
 catches a deliberately unsafe configuration (`unclean_election=True`):

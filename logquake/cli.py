@@ -188,10 +188,21 @@ def broker(
 
 @app.command("test-all")
 def test_all(
-    config: Annotated[Path | None, typer.Option("--config", help="Matrix YAML.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Matrix YAML (default: the built-in one).")] = None,
+    test_count: Annotated[int | None, typer.Option(help="Seeded runs per cell (default 1).", min=1)] = None,
+    time_limit: Annotated[float | None, typer.Option(help="Seconds of each run's main phase.")] = None,
+    results_dir: Annotated[str, typer.Option(help="Where runs and results/test-all/<time>/ go.")] = "results",
 ) -> None:
-    """Run a matrix of workloads x nemeses x broker modes."""
-    _not_yet("`logquake test-all`", 12)
+    """Run a matrix of workloads x nemeses x broker modes (docs/unsafe-modes.md).
+
+    Writes index.json and junit.xml under results/test-all/<time>/. Exit 0 every run as
+    expected, 1 a run invalid on the safe broker or an unsafe mode not caught, 2 a run
+    whose verdict is unknown or that could not run.
+    """
+    from logquake.matrix import test_all_with_display
+
+    raise typer.Exit(test_all_with_display(config, test_count=test_count, time_limit=time_limit,
+                                           results_dir=results_dir, console=Console()))
 
 
 @cluster_app.command("up")

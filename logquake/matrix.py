@@ -1,0 +1,366 @@
+"""`logquake test-all`: a matrix of workloads x nemeses x broker modes, and its verdicts.
+
+A matrix has two parts (both in the YAML of `--config`, see `DEFAULT_MATRIX`):
+
+- `safe`: every workload preset x every nemesis against the correct broker; each run must
+  come out valid.
+- `unsafe`: one cell per unsafe broker mode (DESIGN.md §3) with the nemesis and flags that
+  expose it and the anomaly types expected; each run must come out invalid with at least
+  one of them among the bad anomalies ("caught").
+
+Each cell runs `test_count` times with seeds `seed`, `seed+1`, ... The sans-I/O part
+(expansion, verdicts, index and junit rendering) is separate from `run_matrix`, which runs
+the tests one after another through `logquake.runner.run_test`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from logquake.config import resolve_config
+from logquake.errors import ConfigError, LogquakeError
+
+__all__ = [
+    "DEFAULT_MATRIX", "Cell", "Matrix", "RunResult", "expand", "judge", "load_matrix", "parse_matrix",
+    "render_junit", "run_matrix", "summarize",
+]
+
+PASS, FAIL, ERROR = "pass", "fail", "error"
+
+# Every run is short and on 3 nodes: the matrix must fit a nightly job on a small machine.
+DEFAULT_MATRIX: dict[str, Any] = {
+    "test_count": 1,
+    "time_limit": 30,
+    "seed": 1,
+    "base": {"nodes": 3, "rate": 100, "concurrency": 6, "nemesis_interval": 4, "recovery_time": 3,
+             "drain_time": 20},
+    "safe": {
+        "workloads": {"queue": {}, "txn": {"txn": True}},
+        "nemeses": ["none", "partition", "kill", "pause", "clock", "disk"],
+    },
+    "unsafe": [
+        {"mode": {"ack": "early"}, "nemesis": ["partition"], "expect": ["lost-write"],
+         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3}},
+        {"mode": {"election": "unclean"}, "nemesis": ["partition", "kill"], "expect": ["lost-write"],
+         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3}},
+        {"mode": {"fsync": "never"}, "nemesis": ["kill", "disk"], "expect": ["lost-write"],
+         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3}},
+        {"mode": {"dedup": "off"}, "nemesis": ["partition"], "expect": ["duplicate"],
+         "config": {"guarantee": "exactly-once", "rate": 200, "concurrency": 10, "nemesis_interval": 3}},
+        {"mode": {"txn_markers": "partial"}, "nemesis": ["kill"], "expect": ["G1a", "G1c", "lost-write"],
+         "config": {"txn": True, "partitions": 3, "nemesis_interval": 3}},
+        {"mode": {"read_committed": "leak"}, "nemesis": ["partition"], "expect": ["G1a"],
+         "config": {"txn": True, "partitions": 3, "nemesis_interval": 3}},
+    ],
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One row of the matrix: a test config and what its runs must show."""
+
+    name: str
+    config: dict[str, Any]  # TestConfig keys, before the seed
+    expect: tuple[str, ...] = ()  # empty: must be valid; else any of these anomalies must be bad
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    cells: tuple[Cell, ...]
+    test_count: int = 1
+    seed: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """One finished (or failed-to-run) run of a cell."""
+
+    cell: str
+    seed: int
+    expect: tuple[str, ...]
+    valid: bool | str
+    bad: tuple[str, ...] = ()
+    outcome: str = ERROR  # pass | fail | error
+    message: str = ""
+    run_dir: str = ""
+    duration: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+# -- the matrix, sans I/O ----------------------------------------------------------------
+
+
+def _mode_name(mode: Mapping[str, str]) -> str:
+    return "+".join(f"{k}-{v}" for k, v in mode.items())
+
+
+def _nemeses(value: Any, where: str) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(n, str) for n in items):
+        raise ConfigError(where, f"expected nemesis names, got {value!r}")
+    return [n for n in items if n != "none"]
+
+
+def parse_matrix(raw: Mapping[str, Any], *, test_count: int | None = None,
+                 time_limit: float | None = None) -> Matrix:
+    """Expand a matrix mapping (DEFAULT_MATRIX's shape) into validated cells."""
+    unknown = set(raw) - {"test_count", "time_limit", "seed", "base", "safe", "unsafe"}
+    if unknown:
+        raise ConfigError(f"matrix.{sorted(unknown)[0]}", "unknown key; known: test_count, time_limit, seed, "
+                          "base, safe, unsafe")
+    base = dict(raw.get("base") or {})
+    limit = time_limit if time_limit is not None else raw.get("time_limit")
+    if limit is not None:
+        base["time_limit"] = limit
+    cells = _safe_cells(raw.get("safe") or {}, base) + _unsafe_cells(raw.get("unsafe") or [], base)
+    if not cells:
+        raise ConfigError("matrix", "no cells: give `safe` workloads x nemeses or `unsafe` modes")
+    for c in cells:
+        try:
+            resolve_config(None, c.config)  # every key and value checked before anything runs
+        except ConfigError as e:
+            raise ConfigError(f"matrix cell {c.name}", str(e), hint=e.hint) from None
+    count = test_count if test_count is not None else int(raw.get("test_count", 1))
+    if count < 1:
+        raise ConfigError("test_count", f"must be at least 1, got {count}")
+    return Matrix(cells=tuple(cells), test_count=count, seed=int(raw.get("seed", 1)))
+
+
+def _safe_cells(safe: Mapping[str, Any], base: dict[str, Any]) -> list[Cell]:
+    if not safe:
+        return []
+    workloads = safe.get("workloads") or {"queue": {}}
+    if isinstance(workloads, list):
+        workloads = {w: {} for w in workloads}
+    cells = []
+    for wname, wcfg in workloads.items():
+        for nem in safe.get("nemeses") or ["none"]:
+            nems = _nemeses(nem, "matrix.safe.nemeses")
+            label = "+".join(nems) or "none"
+            cfg = {**base, **(wcfg or {}), "nemesis": nems, "name": f"safe-{wname}-{label}"}
+            cells.append(Cell(name=f"safe/{wname}/{label}", config=cfg))
+    return cells
+
+
+def _unsafe_cells(unsafe: list[Any], base: dict[str, Any]) -> list[Cell]:
+    cells = []
+    for i, entry in enumerate(unsafe):
+        where = f"matrix.unsafe[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("mode"), Mapping) or not entry["mode"]:
+            raise ConfigError(where, "needs `mode: {<unsafe mode>: <value>}`")
+        expect = entry.get("expect")
+        if not expect or not isinstance(expect, list):
+            raise ConfigError(f"{where}.expect", "needs a list of anomaly types, e.g. [lost-write]")
+        mode = dict(entry["mode"])
+        nems = _nemeses(entry.get("nemesis", "none"), f"{where}.nemesis")
+        extra = dict(entry.get("config") or {})
+        broker = {**base.get("broker", {}), **extra.pop("broker", {})}
+        broker["unsafe"] = {**broker.get("unsafe", {}), **mode}
+        name = entry.get("name") or f"unsafe/{_mode_name(mode)}/{'+'.join(nems) or 'none'}"
+        cfg = {**base, **extra, "nemesis": nems, "broker": broker, "name": name.replace("/", "-")}
+        cells.append(Cell(name=name, config=cfg, expect=tuple(str(x) for x in expect)))
+    return cells
+
+
+def load_matrix(path: Path | None, *, test_count: int | None = None, time_limit: float | None = None) -> Matrix:
+    """The matrix of a YAML file, or the default one."""
+    if path is None:
+        return parse_matrix(DEFAULT_MATRIX, test_count=test_count, time_limit=time_limit)
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError("--config", f"{path} is not valid YAML: {e}") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("--config", f"{path} must hold a mapping (test_count, base, safe, unsafe)")
+    return parse_matrix(raw, test_count=test_count, time_limit=time_limit)
+
+
+def expand(matrix: Matrix) -> list[tuple[Cell, int]]:
+    """Every (cell, seed) to run, cells in order, seeds consecutive."""
+    return [(c, matrix.seed + i) for c in matrix.cells for i in range(matrix.test_count)]
+
+
+def judge(cell: Cell, seed: int, results: Mapping[str, Any], *, run_dir: str = "", duration: float = 0.0) -> RunResult:
+    """A run's outcome against what its cell expects."""
+    valid = results.get("valid", "unknown")
+    bad = tuple(sorted(results.get("bad_error_types") or ()))
+    counts = {k: (v.get("count", 0) if isinstance(v, Mapping) else 0)
+              for k, v in (results.get("anomalies") or {}).items()}
+    common = dict(cell=cell.name, seed=seed, expect=cell.expect, valid=valid, bad=bad, run_dir=run_dir,
+                  duration=duration, counts=counts)
+    if valid not in (True, False):
+        return RunResult(**common, outcome=ERROR, message=f"verdict unknown: {results.get('error', '')}".strip())
+    if not cell.expect:
+        if valid:
+            return RunResult(**common, outcome=PASS, message="valid")
+        return RunResult(**common, outcome=FAIL, message=f"invalid on the safe broker: {', '.join(bad)}")
+    hit = [a for a in cell.expect if a in bad]
+    if hit:
+        return RunResult(**common, outcome=PASS, message=f"caught: {', '.join(hit)}")
+    if valid:
+        return RunResult(**common, outcome=FAIL, message=f"not caught: valid, expected {' or '.join(cell.expect)}")
+    return RunResult(**common, outcome=FAIL,
+                     message=f"invalid with {', '.join(bad)}, but not the expected {' or '.join(cell.expect)}")
+
+
+def summarize(runs: list[RunResult]) -> list[dict[str, Any]]:
+    """Per cell: runs, passes, fails, errors (in first-seen order) - the recall table."""
+    rows: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        row = rows.setdefault(r.cell, {"cell": r.cell, "expect": list(r.expect) or ["valid"], "runs": 0,
+                                       PASS: 0, FAIL: 0, ERROR: 0, "anomalies": {}})
+        row["runs"] += 1
+        row[r.outcome] += 1
+        for a in r.bad:
+            row["anomalies"][a] = row["anomalies"].get(a, 0) + 1
+    return list(rows.values())
+
+
+def exit_code(runs: list[RunResult]) -> int:
+    """0 every run as expected, 1 any run invalid/valid against expectation, 2 only errors."""
+    if any(r.outcome == FAIL for r in runs):
+        return 1
+    return 2 if any(r.outcome == ERROR for r in runs) else 0
+
+
+def render_junit(runs: list[RunResult], *, suite: str = "logquake.test-all") -> bytes:
+    """junit.xml: one test case per run; a failure message names the anomalies."""
+    root = ET.Element("testsuite", name=suite, tests=str(len(runs)),
+                      failures=str(sum(r.outcome == FAIL for r in runs)),
+                      errors=str(sum(r.outcome == ERROR for r in runs)),
+                      time=f"{sum(r.duration for r in runs):.3f}")
+    for r in runs:
+        case = ET.SubElement(root, "testcase", classname=f"logquake.{r.cell.replace('/', '.')}",
+                             name=f"seed-{r.seed}", time=f"{r.duration:.3f}")
+        detail = json.dumps({"valid": r.valid, "bad": list(r.bad), "counts": r.counts, "run_dir": r.run_dir})
+        if r.outcome == FAIL:
+            ET.SubElement(case, "failure", message=r.message).text = detail
+        elif r.outcome == ERROR:
+            ET.SubElement(case, "error", message=r.message).text = detail
+        else:
+            ET.SubElement(case, "system-out").text = f"{r.message} {detail}"
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def index_json(matrix: Matrix, runs: list[RunResult], *, started: float, done: bool) -> dict[str, Any]:
+    return {
+        "started": started, "done": done, "test_count": matrix.test_count, "seed": matrix.seed,
+        "cells": [asdict(c) for c in matrix.cells],
+        "runs": [asdict(r) for r in runs],
+        "summary": summarize(runs),
+        "exit_code": exit_code(runs),
+    }
+
+
+# -- running ------------------------------------------------------------------------------
+
+
+RunFn = Callable[[dict[str, Any]], tuple[dict[str, Any], str]]
+
+
+def _run_one(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    from logquake.runner import run_test
+
+    outcome = run_test(resolve_config(None, config))
+    return outcome.results, str(outcome.run_dir)
+
+
+def run_matrix(matrix: Matrix, out_dir: Path, *, results_dir: str = "results",
+               on_result: Callable[[RunResult], None] | None = None,
+               on_start: Callable[[Cell, int], None] | None = None,
+               run: RunFn = _run_one) -> list[RunResult]:
+    """Run every (cell, seed) in turn; index.json and junit.xml in out_dir after each run."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started, runs = time.time(), []
+    for cell, seed in expand(matrix):
+        if on_start is not None:
+            on_start(cell, seed)
+        t0 = time.monotonic()
+        try:
+            results, run_dir = run({**cell.config, "seed": seed, "results_dir": results_dir})
+            r = judge(cell, seed, results, run_dir=run_dir, duration=time.monotonic() - t0)
+        except LogquakeError as e:  # the run could not happen: an error, never a pass
+            r = RunResult(cell=cell.name, seed=seed, expect=cell.expect, valid="unknown", outcome=ERROR,
+                          message=f"could not run: {type(e).__name__}: {e}", duration=time.monotonic() - t0)
+        runs.append(r)
+        _write(out_dir, matrix, runs, started, done=False)
+        if on_result is not None:
+            on_result(r)
+    _write(out_dir, matrix, runs, started, done=True)
+    return runs
+
+
+def _write(out_dir: Path, matrix: Matrix, runs: list[RunResult], started: float, *, done: bool) -> None:
+    index = out_dir / "index.json"
+    tmp = index.with_suffix(".tmp")
+    tmp.write_text(json.dumps(index_json(matrix, runs, started=started, done=done), indent=1, default=str))
+    tmp.replace(index)
+    (out_dir / "junit.xml").write_bytes(render_junit(runs))
+
+
+# -- the command line's view --------------------------------------------------------------
+
+_STYLE = {PASS: "green", FAIL: "red", ERROR: "yellow"}
+
+
+def _table(runs: list[RunResult], current: str, total: int) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"test-all: {len(runs)}/{total} runs", title_justify="left")
+    for col in ("cell", "seed", "expect", "valid", "bad anomalies", "result", "s"):
+        t.add_column(col, justify="right" if col in ("seed", "s") else "left")
+    for r in runs:
+        s = _STYLE[r.outcome]
+        t.add_row(r.cell, str(r.seed), " | ".join(r.expect) or "valid", str(r.valid).lower(),
+                  ", ".join(r.bad) or "-", f"[{s}]{r.outcome}[/]: {r.message}", f"{r.duration:.0f}")
+    if current:
+        t.caption = f"running {current}"
+    return t
+
+
+def test_all_with_display(path: Path | None, *, test_count: int | None, time_limit: float | None,
+                          results_dir: str, console: Any) -> int:
+    """Load the matrix, run it under a live table, print the summary; the exit code."""
+    from rich.live import Live
+
+    matrix = load_matrix(path, test_count=test_count, time_limit=time_limit)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out_dir = Path(results_dir) / "test-all" / stamp
+    total = len(expand(matrix))
+    shown: list[RunResult] = []  # filled as runs finish, for the live table
+    current = [""]
+    with Live(get_renderable=lambda: _table(shown, current[0], total), console=console,
+              refresh_per_second=1, transient=False):
+        def start(cell: Cell, seed: int) -> None:
+            current[0] = f"{cell.name} seed {seed}"
+
+        runs = run_matrix(matrix, out_dir, results_dir=results_dir, on_start=start, on_result=shown.append)
+        current[0] = ""
+    console.print(_summary_table(summarize(runs)))
+    console.print(f"index: {out_dir / 'index.json'}\njunit: {out_dir / 'junit.xml'}")
+    return exit_code(runs)
+
+
+def _summary_table(rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="per cell", title_justify="left")
+    for col in ("cell", "expect", "as expected", "fail", "error", "bad anomalies seen (runs)"):
+        t.add_column(col)
+    for row in rows:
+        ok = f"{row[PASS]}/{row['runs']}"
+        colour = "green" if row[PASS] == row["runs"] else "red"
+        seen = ", ".join(f"{k} ({v})" for k, v in sorted(row["anomalies"].items())) or "-"
+        t.add_row(row["cell"], " | ".join(row["expect"]), f"[{colour}]{ok}[/]", str(row[FAIL]), str(row[ERROR]),
+                  seen)
+    return t

@@ -1,0 +1,66 @@
+"""The harness's recall: how often each unsafe broker mode is caught, and how often the safe
+broker stays valid, over seeded runs of docs/recall-matrix.yaml (issue #12).
+
+    .venv/bin/python benchmarks/recall.py                       # 10 seeds per cell, ~2-3 h on 2 cores
+    .venv/bin/python benchmarks/recall.py --test-count 3 --time-limit 20 --only unsafe
+    .venv/bin/python benchmarks/recall.py --only ack-early --only safe/queue/kill
+
+Prints a markdown table (cell, expected, as-expected k/n, anomalies seen) for docs/recall.md;
+the runs and index.json land under --results-dir. Exit 1 when a cell misses its target
+(>= 9/10 caught for an unsafe mode, 10/10 valid for the safe broker, scaled to n).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from logquake.matrix import load_matrix, run_matrix, summarize
+
+MATRIX = Path(__file__).resolve().parent.parent / "docs" / "recall-matrix.yaml"
+
+
+def _target(row: dict) -> int:
+    n = row["runs"]
+    return n if row["expect"] == ["valid"] else math.ceil(0.9 * n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", type=Path, default=MATRIX)
+    ap.add_argument("--test-count", type=int, default=None)
+    ap.add_argument("--time-limit", type=float, default=None)
+    ap.add_argument("--only", action="append", default=[], help="cells whose name contains this (repeatable)")
+    ap.add_argument("--results-dir", default="results")
+    args = ap.parse_args(argv)
+
+    matrix = load_matrix(args.config, test_count=args.test_count, time_limit=args.time_limit)
+    if args.only:
+        matrix = replace(matrix, cells=tuple(c for c in matrix.cells if any(o in c.name for o in args.only)))
+    out_dir = Path(args.results_dir) / "recall" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    t0 = time.monotonic()
+    runs = run_matrix(matrix, out_dir, results_dir=args.results_dir,
+                      on_result=lambda r: print(f"  {r.cell} seed {r.seed}: {r.outcome} ({r.message}) "
+                                                f"{r.duration:.0f} s", file=sys.stderr, flush=True))
+    rows = summarize(runs)
+    limit = matrix.cells[0].config.get("time_limit") if matrix.cells else None
+    print(f"\n{matrix.test_count} seeds per cell from {matrix.seed}, time_limit {limit} s, "
+          f"{time.monotonic() - t0:.0f} s wall; index: {out_dir / 'index.json'}\n")
+    print("| cell | expected | as expected | target | bad anomalies seen (runs) |")
+    print("|---|---|---|---|---|")
+    missed = 0
+    for row in rows:
+        ok = row["pass"] >= _target(row)
+        missed += not ok
+        seen = ", ".join(f"{k} ({v})" for k, v in sorted(row["anomalies"].items())) or "-"
+        print(f"| {row['cell']} | {' or '.join(row['expect'])} | {row['pass']}/{row['runs']}"
+              f"{'' if ok else ' **miss**'} | {_target(row)}/{row['runs']} | {seen} |")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

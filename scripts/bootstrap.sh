@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(iptables iproute2 procps psmisc kcat faketime libfaketime fuse3 util-linux chromium)
+APT_PACKAGES=(iptables iproute2 procps psmisc kcat faketime libfaketime fuse3 util-linux chromium docker.io openssh-server debootstrap)
 
 install_debian_packages() {
     command -v apt-get >/dev/null 2>&1 || return 0

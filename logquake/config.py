@@ -28,7 +28,10 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     producer          client producer settings, library-neutral: {acks: 1, retries: 0}
                       (default acks=all, idempotent; acks=1 is for testing the harness)  ({})
     bootstrap_servers external backend: host:port list                               ([])
-    hosts             docker/ssh backends: per-node settings                         ([])
+    hosts             ssh and external backends: one mapping per node, e.g. {name: n1,
+                      address: 10.0.0.11, user: root, key: ~/.ssh/id, known_hosts,
+                      accept_new_host_keys, sudo, python, dir} or {type: docker,
+                      container: kafka-1, address, pidfile, start} (cluster/hostcfg.py)  ([])
 
 Every error names the key, the bad value and what is allowed.
 """

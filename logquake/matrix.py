@@ -55,7 +55,7 @@ DEFAULT_MATRIX: dict[str, Any] = {
          "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3}},
         {"mode": {"dedup": "off"}, "nemesis": ["partition"], "expect": ["duplicate"],
          "config": {"guarantee": "exactly-once", "rate": 200, "concurrency": 10, "nemesis_interval": 3}},
-        {"mode": {"txn_markers": "partial"}, "nemesis": ["kill"], "expect": ["G1a", "G1c", "lost-write"],
+        {"mode": {"txn_markers": "partial"}, "nemesis": ["kill"], "expect": ["unseen", "G1c", "G1a", "lost-write"],
          "config": {"txn": True, "partitions": 3, "nemesis_interval": 3}},
         {"mode": {"read_committed": "leak"}, "nemesis": ["partition"], "expect": ["G1a"],
          "config": {"txn": True, "partitions": 3, "nemesis_interval": 3}},

@@ -134,7 +134,7 @@ class BrokerLifecycle:
         if self.lazyfs:
             self._mount_lazyfs(node)
         s = self.spec(node)
-        argv = [self.python, "-m", "logquake", "broker", "--node-id", str(s.node_id), "--config", s.path("node.yaml")]
+        argv = [self.python, "-m", "logquake.broker", "--node-id", str(s.node_id), "--config", s.path("node.yaml")]
         return self.hosts[node].spawn(argv, pidfile=s.path("broker.pid"), logfile=s.path("broker.out"),
                                       env=self._env(node))
 

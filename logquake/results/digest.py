@@ -122,7 +122,7 @@ def _key(k: Any) -> Any:
 
 
 class _Digester:
-    """The pass itself; `feed` is the hot loop, so it avoids per-op allocation where it can."""
+    """The pass itself; `run` is the hot loop, so it avoids per-op allocation where it can."""
 
     def __init__(self, *, keys: Iterable[Any], named: Iterable[int], window: tuple[int, int]) -> None:
         self.d = Digest(timeline_window=window)
@@ -138,37 +138,49 @@ class _Digester:
         self.expired: dict[Any, list[int]] = {}  # key -> [time offset i-1 stopped being the tail]
         self.tracked: dict[Any, dict[Any, int]] = {}  # process -> key -> highest offset it polled
 
-    def feed(self, op: Op) -> None:
+    def run(self, ops: Iterable[Op]) -> None:
+        """The hot loop: one iteration per history line, so state lives in locals."""
         d = self.d
-        d.n_ops += 1
-        if op.time > d.end_time:
-            d.end_time = op.time
-        if op.index in self.named:
-            d.named_ops[op.index] = op
-        if op.process == NEMESIS:
-            self._nemesis(op)
-            return
-        ck = (op.f, op.type)
-        d.counts[ck] = d.counts.get(ck, 0) + 1
-        if op.type == INVOKE:
-            self.in_flight[op.process] = op
-            d.n_client_ops += 1
-            return
-        inv = self.in_flight.pop(op.process, None)
-        if inv is None:
-            return
-        s = d.series.get(ck)
-        if s is None:
-            s = d.series[ck] = Series()
-        s.start.append(inv.time)
-        s.latency.append(op.time - inv.time)
-        s.index.append(op.index)
-        if op.index in self.named:
-            d.named_invokes[op.index] = inv
+        named, in_flight, counts, series = self.named, self.in_flight, d.counts, d.series
         lo, hi = self.window
-        if lo <= inv.index < hi:
-            d.timeline.append(_timeline_op(inv, op))
-        self._micro_ops(inv, op)
+        micro_ops = self._micro_ops
+        n_ops = n_client = 0
+        end = d.end_time
+        for op in ops:
+            n_ops += 1
+            t = op.time
+            if t > end:
+                end = t
+            index = op.index
+            if index in named:
+                d.named_ops[index] = op
+            p = op.process
+            if p == NEMESIS:
+                self._nemesis(op)
+                continue
+            ck = (op.f, op.type)
+            counts[ck] = counts.get(ck, 0) + 1
+            if ck[1] == INVOKE:
+                in_flight[p] = op
+                n_client += 1
+                continue
+            inv = in_flight.pop(p, None)
+            if inv is None:
+                continue
+            s = series.get(ck)
+            if s is None:
+                s = series[ck] = Series()
+            s.start.append(inv.time)
+            s.latency.append(t - inv.time)
+            s.index.append(index)
+            if index in named:
+                d.named_invokes[index] = inv
+            if lo <= inv.index < hi:
+                d.timeline.append(_timeline_op(inv, op))
+            micro_ops(inv, op)
+        d.n_ops += n_ops
+        d.n_client_ops += n_client
+        d.end_time = end
 
     def _nemesis(self, op: Op) -> None:
         self.d.nemesis_ops.append(op)
@@ -325,8 +337,7 @@ def digest_history(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for op in ops:
-            digester.feed(op)
+        digester.run(ops)
     finally:
         if was_enabled:
             gc.enable()

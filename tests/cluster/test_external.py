@@ -52,3 +52,37 @@ def test_external_needs_bootstrap_servers_and_hosts_for_faults(tmp_path):
                                 "hosts": [{"address": "127.0.0.1", "type": "docker", "container": "x"}]})
     with pytest.raises(ConfigError, match="clock cannot act"):
         open_cluster(cfg, tmp_path)
+
+
+@pytest.mark.slow
+def test_external_cluster_with_faults_through_docker_hosts(tmp_path):
+    """Brokers someone else started (here: a docker cluster), faults through the docker hosts named in hosts."""
+    import yaml
+
+    from logquake.cluster.host import shell_join, spawn_script
+
+    from .dockerkit import require_docker
+
+    require_docker()
+    with open_cluster(resolve_config(None, {"backend": "docker", "nodes": 3}), tmp_path / "docker") as brokers:
+        brokers.wait_ready(120)
+        lc, hosts = brokers.lifecycle, []
+        for n in brokers.nodes:
+            s = lc.spec(n)
+            argv = [lc.python, "-m", "logquake", "broker", "--node-id", str(s.node_id), "--config", s.path("node.yaml")]
+            start = shell_join(spawn_script(argv, pidfile=s.path("broker.pid"), logfile=s.path("broker.out"), env={}))
+            hosts.append({"name": n, "type": "docker", "container": brokers.hosts[n].container,
+                          "address": brokers.addresses[n], "pidfile": s.path("broker.pid"), "start": start})
+        config = tmp_path / "external.yaml"
+        config.write_text(yaml.safe_dump({
+            "backend": "external", "bootstrap_servers": brokers.bootstrap_servers.split(","), "hosts": hosts,
+            "nemesis": ["partition", "kill"], "nemesis_interval": 2, "time_limit": 12, "rate": 40,
+            "concurrency": 3, "seed": 11, "recovery_time": 3,
+        }))
+        code, run_dir, res, out = _run(tmp_path, "-c", str(config))
+        ops = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+        faults = [o["value"] for o in ops if o.get("process") == "nemesis" and o["f"].startswith("start-")]
+        assert any(str(f).startswith("killed") for f in faults) or any("drops" in str(f) for f in faults), faults
+        assert res.get("valid") is True, f"{json.dumps(res)[:2000]}\n{out[-2000:]}"
+        # healed and left running: the cluster is not ours to stop
+        assert all(lc.is_up(n) for n in brokers.nodes)

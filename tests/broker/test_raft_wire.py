@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logquake.broker.raft import Entry, Message, MessageDecodeError, MsgKind, decode_messages, encode_messages
@@ -30,6 +30,11 @@ messages = st.builds(
 )
 
 
+# The machine is shared: no deadlines or speed health checks, only correctness.
+RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@RELAXED
 @given(st.lists(messages, max_size=5))
 def test_round_trip(msgs: list[Message]) -> None:
     assert decode_messages(encode_messages(msgs)) == msgs
@@ -79,7 +84,7 @@ def test_malformed_frames_raise_the_specific_error(mutate) -> None:  # noqa: ANN
         decode_messages(mutate(buf))
 
 
-@settings(max_examples=300)
+@settings(RELAXED, max_examples=300)
 @given(st.binary(max_size=200))
 def test_garbage_never_raises_anything_else(buf: bytes) -> None:
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -155,7 +155,9 @@ class RaftSchedule(RuleBasedStateMachine):
 
 
 TestRaftSchedule = RaftSchedule.TestCase
-TestRaftSchedule.settings = settings(max_examples=25, stateful_step_count=40, deadline=None)
+TestRaftSchedule.settings = settings(
+    max_examples=25, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def test_disk_backed_schedules_recover_torn_writes_safely(tmp_path, caplog) -> None:  # noqa: ANN001

@@ -36,7 +36,7 @@ def test_the_default_matrix_covers_every_unsafe_mode_and_nemesis():
     modes = {k for c in m.cells for k in c.config.get("broker", {}).get("unsafe", {})}
     assert modes == {"dedup", "ack", "election", "fsync", "txn_markers", "read_committed"}
     safe = [c for c in m.cells if not c.expect]
-    assert {n for c in safe for n in c.config["nemesis"]} == {"partition", "kill", "pause", "clock", "disk"}
+    assert {n for c in safe for n in c.config["nemesis"]} == {"partition", "kill", "pause", "clock", "disk", "packet-loss"}
     assert any(c.config.get("txn") for c in safe) and any(not c.config.get("txn") for c in safe)
     assert all(c.expect for c in m.cells if c.config.get("broker", {}).get("unsafe"))
 

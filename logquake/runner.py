@@ -79,6 +79,11 @@ class Stats:
     faults: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
+    def enter(self, phase: str) -> None:
+        """Start a phase (the display shows it, harness.log records when)."""
+        log.info("phase %s", phase)
+        self.phase = phase
+
     def count(self, op: Op) -> None:
         if op.process == NEMESIS:
             name = op.f.split("-", 1)[-1]
@@ -333,8 +338,8 @@ class Crew:
 
 
 @dataclass
-class _External:
-    """A cluster given only by bootstrap servers (backend external): nothing to set up."""
+class StaticCluster:
+    """A cluster given only by bootstrap servers: nothing to set up, wait for or tear down."""
 
     bootstrap_servers: str
     nodes: list[str] = field(default_factory=list)
@@ -346,6 +351,12 @@ class _External:
         return None
 
     def close(self) -> None:
+        return None
+
+    def __enter__(self) -> StaticCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         return None
 
 
@@ -362,7 +373,7 @@ def open_cluster(cfg: TestConfig, run_dir: Path) -> Iterator[Any]:
         try:
             cluster = _open(cfg, run_dir)
         except NotImplementedYet:
-            cluster = _External(",".join(cfg.bootstrap_servers))
+            cluster = StaticCluster(",".join(cfg.bootstrap_servers))
     else:
         cluster = _open(cfg, run_dir)
     with contextlib.closing(cluster):
@@ -434,12 +445,14 @@ def run_test(
     on_run_dir: Callable[[Path], None] | None = None,
     stop: threading.Event | None = None,
     make: Callable[[TestConfig], Client] = make_client,
+    cluster: Callable[[TestConfig, Path], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> RunOutcome:
     """Run one whole test (the phases of the module docstring) and store its results.
 
     Raises LogquakeError (after cleaning up) when the test could not run at all, e.g. the
     cluster did not come up. `stats` is updated live for a display; `stop` ends the run early
-    as Ctrl-C does; `make` builds a fresh client (the configured library by default).
+    as Ctrl-C does; `make` builds a fresh client (the configured library by default);
+    `cluster` opens the cluster (open_cluster by default).
     """
     cfg = cfg.with_seed()
     stats = stats or Stats()
@@ -456,11 +469,11 @@ def run_test(
         recorder = Recorder(writer, stats)
         with _Interrupt(stop) as intr:
             try:
-                _run_phases(cfg, run_dir, recorder, stats, stop, make)
+                _run_phases(cfg, run_dir, recorder, stats, stop, make, cluster or open_cluster)
             finally:
                 recorder.close()  # phase 9: the history is on disk before analysis
             interrupted = intr.hits > 0
-        stats.phase = "analyse"
+        stats.enter("analyse")
         results = check(load_history(run_dir / store.HISTORY), cfg)
         if interrupted:
             results["interrupted"] = True
@@ -468,7 +481,7 @@ def run_test(
         store.write_junit(run_dir, results, name=cfg.name, duration=time.monotonic() - started)
         write_report(run_dir)
         store.update_latest(cfg.results_dir, run_dir)
-        stats.phase = "done"
+        stats.enter("done")
         log.info("verdict: valid=%s", results.get("valid"))
         return RunOutcome(run_dir=run_dir, results=results, interrupted=interrupted)
     except LogquakeError as e:
@@ -483,11 +496,12 @@ def run_test(
 def _run_phases(
     cfg: TestConfig, run_dir: Path, recorder: Recorder, stats: Stats, stop: threading.Event,
     make: Callable[[TestConfig], Client],
+    opener: Callable[[TestConfig, Path], contextlib.AbstractContextManager[Any]],
 ) -> None:
     """Phases 3-8; every exit path heals and tears down."""
     assert cfg.seed is not None
-    stats.phase = "cluster"
-    with open_cluster(cfg, run_dir) as cluster:
+    stats.enter("cluster")
+    with opener(cfg, run_dir) as cluster:
         crew: Crew | None = None
         nemesis = scheduler = None
         try:
@@ -506,13 +520,13 @@ def _run_phases(
             _heal(scheduler, stats)
             scheduler = None
             if not stop.is_set():
-                stats.phase = "recovery"
+                stats.enter("recovery")
                 stop.wait(cfg.recovery_time)
             if not stop.is_set():
                 _drain_phase(cfg, crew, stats, stop)
         finally:
             _heal(scheduler, stats)
-            stats.phase = "teardown"
+            stats.enter("teardown")
             if crew is not None:
                 crew.close()
             if nemesis is not None:
@@ -523,7 +537,7 @@ def _run_phases(
 
 
 def _main_phase(cfg: TestConfig, crew: Crew, scheduler: Any, stats: Stats, stop: threading.Event) -> None:
-    stats.phase = MAIN
+    stats.enter(MAIN)
     stats.started = time.monotonic()
     phase_over = threading.Event()
     if scheduler is not None:
@@ -539,13 +553,13 @@ def _main_phase(cfg: TestConfig, crew: Crew, scheduler: Any, stats: Stats, stop:
 def _heal(scheduler: Any, stats: Stats) -> None:
     if scheduler is None:
         return
-    stats.phase = "heal"
+    stats.enter("heal")
     with _logged("final heal"):
         scheduler.stop_and_heal()
 
 
 def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Event) -> None:
-    stats.phase = DRAIN
+    stats.enter(DRAIN)
     over = threading.Event()
     # Fresh clients: the drain asks what the log holds, not what a client that lived
     # through the faults still believes (a librdkafka instance can sit in backoff).

@@ -7,9 +7,15 @@ import threading
 
 from logquake.config import resolve_config
 from logquake.history import load_history
-from logquake.runner import run_test
+from logquake.runner import StaticCluster
+from logquake.runner import run_test as _run_test
 
 from .memlog import MemClient, MemLog
+
+
+def run_test(cfg, **kw):
+    """The runner over an in-memory log: no cluster to open."""
+    return _run_test(cfg, cluster=lambda cfg, run_dir: StaticCluster("memory:0"), **kw)
 
 
 def _cfg(tmp_path, **kw):

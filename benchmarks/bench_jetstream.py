@@ -192,7 +192,7 @@ async def _jetstream(urls: list[str], messages: int, size: int, inflight: int) -
 
         async def send(record: bool) -> None:
             t0 = time.perf_counter()
-            fut = await js.publish_async("bench", value, wait_stall=120)
+            fut = await js.publish_async("bench", value)  # no wait_stall: wait_for would add a task per publish
 
             def done(f: asyncio.Future) -> None:
                 if f.cancelled() or f.exception() is not None:

@@ -25,6 +25,7 @@ import time
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import networkx as nx
@@ -45,6 +46,7 @@ SPECS = (
     ("G0-realtime", WW | PROCESS | REALTIME, REALTIME),
     ("G1c-realtime", WW | WR | PROCESS | REALTIME, WR | REALTIME),
 )
+_second = itemgetter(1)
 MAX_STARTS = 8  # BFS roots tried per component and type: bounds work in a huge component
 
 
@@ -107,12 +109,20 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
     if opts.ww_deps:
         for k, ko in ix.orders.items():
             writers = ix.writer_of.get(k, {})
+            if ko.conflicts:  # offsets with two values: no single chain, ask each writer
+                for v1, t in writers.items():
+                    nxt = _next_writer(ix, k, v1, t) if t.type != "fail" else None
+                    if nxt is not None and not t.comp_index < nxt[0].inv_index:
+                        adj[t.id].append(nxt[0].id)
+                continue
             prev = None
             for v in ko.values:
                 w = writers.get(v)
                 if w is None or w.type == "fail":
                     continue
-                if prev is not None and w is not prev:
+                # An edge from an op that completed before its target began is already
+                # implied by the realtime chain: leave it out (most edges are such).
+                if prev is not None and w is not prev and not prev.comp_index < w.inv_index:
                     adj[prev.id].append(w.id)
                 prev = w
     for t in nodes:
@@ -122,9 +132,13 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
                 continue
             # With ww edges, the writer of the last value read reaches all earlier ones'
             # writers' successors along the ww chain, so one edge per key keeps reachability.
-            for _, v in pairs[-1:] if opts.ww_deps else pairs:
-                w = writers.get(v)
-                if w is not None and w is not t and w.type != "fail":
+            if opts.ww_deps:
+                ws = [writers.get(pairs[-1][1])] if pairs else []
+            else:
+                ws = set(map(writers.get, map(_second, pairs)))
+            inv = t.inv_index
+            for w in ws:
+                if w is not None and w is not t and w.type != "fail" and not w.comp_index < inv:
                     adj[w.id].append(t.id)
     last_of: dict[Any, Txn] = {}
     for t in nodes:

@@ -54,14 +54,16 @@ DEFAULT_MATRIX: dict[str, Any] = {
         {"mode": {"election": "unclean"}, "nemesis": ["packet-loss", "partition"],
          "expect": ["lost-write", "inconsistent-offsets"],
          "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 4}},
-        {"mode": {"fsync": "never"}, "nemesis": ["kill", "disk"], "expect": ["lost-write"],
-         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3}},
+        {"mode": {"fsync": "never"}, "nemesis": ["kill", "disk"], "expect": ["lost-write", "inconsistent-offsets"],
+         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3},
+         "known_gap": "the disk nemesis drops unfsynced data on a minority only; Raft survives that"},
         {"mode": {"dedup": "off"}, "nemesis": ["partition"], "expect": ["duplicate"],
          "config": {"guarantee": "exactly-once", "rate": 200, "concurrency": 10, "nemesis_interval": 3}},
         {"mode": {"txn_markers": "partial"}, "nemesis": ["kill"], "expect": ["unseen", "G1c", "G1a", "lost-write"],
          "config": {"txn": True, "partitions": 3, "nemesis_interval": 3}},
         {"mode": {"read_committed": "leak"}, "nemesis": ["partition"], "expect": ["G1a"],
-         "config": {"txn": True, "partitions": 3, "nemesis_interval": 3}},
+         "config": {"txn": True, "partitions": 3, "nemesis_interval": 3},
+         "known_gap": "the txn workload aborts only on rare errors, so few aborted writes exist to leak"},
     ],
 }
 
@@ -167,7 +169,7 @@ def _unsafe_cells(unsafe: list[Any], base: dict[str, Any]) -> list[Cell]:
         expect = entry.get("expect")
         if not expect or not isinstance(expect, list):
             raise ConfigError(f"{where}.expect", "needs a list of anomaly types, e.g. [lost-write]")
-        mode = dict(entry["mode"])
+        mode = _mode(entry["mode"], f"{where}.mode")
         nems = _nemeses(entry.get("nemesis", "none"), f"{where}.nemesis")
         extra = dict(entry.get("config") or {})
         broker = {**base.get("broker", {}), **extra.pop("broker", {})}
@@ -177,6 +179,20 @@ def _unsafe_cells(unsafe: list[Any], base: dict[str, Any]) -> list[Cell]:
         cells.append(Cell(name=name, config=cfg, expect=tuple(str(x) for x in expect),
                           known_gap=str(entry.get("known_gap") or "")))
     return cells
+
+
+def _mode(raw: Mapping[str, Any], where: str) -> dict[str, str]:
+    """An unsafe mode mapping, checked against the broker's list (YAML reads a bare `off` as false)."""
+    from logquake.broker.nodeconfig import UNSAFE_MODES
+
+    mode = {}
+    for k, v in raw.items():
+        v = "off" if v is False else v
+        if k not in UNSAFE_MODES or v not in UNSAFE_MODES[k]:
+            known = ", ".join(f"{m}: {'|'.join(vs)}" for m, vs in UNSAFE_MODES.items())
+            raise ConfigError(f"{where}.{k}", f"unknown unsafe mode {k}: {v!r}; known: {known}")
+        mode[k] = v
+    return mode
 
 
 def load_matrix(path: Path | None, *, test_count: int | None = None, time_limit: float | None = None) -> Matrix:

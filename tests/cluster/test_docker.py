@@ -24,7 +24,13 @@ def _leftovers(cid: str) -> list[str]:
 
 
 def test_docker_nodes_meet_the_host_contract_and_take_faults(tmp_path):
+    """Containers, fixed addresses, exec; partitions in the containers' iptables; signals. No brokers
+    (the slow runs below drive real brokers through the same calls)."""
     require_docker()
+    import random
+    import signal
+
+    from logquake.cluster.host import pid_alive, wait_dead
     from logquake.nemesis import Net, make_grudge
 
     cfg = resolve_config(None, {"backend": "docker", "nodes": 3, "replication_factor": 3})
@@ -33,28 +39,41 @@ def test_docker_nodes_meet_the_host_contract_and_take_faults(tmp_path):
         assert _leftovers(cid)
         host = cluster.hosts["n1"]
         check_host(host, "/tmp/work")
-        # fixed addresses on one user network, NET_ADMIN for iptables inside
-        assert cluster.addresses["n1"] in host.exec(["ip", "-4", "-o", "addr"]).out
-        lc = cluster.lifecycle
-        cluster.start_all()
-        cluster.wait_ready(120)
-        # a partition through iptables in the containers, then healed
+        for n, h in cluster.hosts.items():  # each container has its own fixed address
+            assert cluster.addresses[n] in h.exec(["ip", "-4", "-o", "addr"]).out
+        # a partition through iptables in the containers (NET_ADMIN), then healed
         net = Net(cluster.hosts, cluster.addresses, iptables=cluster.state.iptables)
-        import random
-
         grudge = make_grudge("majority", cluster.nodes, random.Random(1))
         net.drop(grudge)
-        assert "LOGQUAKE" in net.rules(next(iter(grudge)))
+        victim = next(n for n in cluster.nodes if grudge.get(n))
+        assert "-j DROP" in net.rules(victim)
         net.heal()
-        assert "LOGQUAKE" not in net.rules("n1")
-        # SIGKILL, SIGSTOP/SIGCONT and restarts through exec
+        assert "LOGQUAKE" not in net.rules(victim)
+        # SIGSTOP / SIGCONT / SIGKILL as the pause and kill faults send them
+        pid = host.spawn(["sleep", "300"], pidfile="/tmp/s.pid", logfile="/tmp/s.log")
+        host.signal(pid, signal.SIGSTOP)
+        wait_until(lambda: "T" in host.exec(["ps", "-o", "stat=", "-p", str(pid)]).out, what="stopped")
+        host.signal(pid, signal.SIGCONT)
+        host.signal(pid, signal.SIGKILL)
+        assert wait_dead(host, pid) and not pid_alive(host, pid)
+    assert _leftovers(cid) == [], "teardown must remove containers and network"
+
+
+@pytest.mark.slow
+def test_docker_broker_lifecycle(tmp_path):
+    require_docker()
+    cfg = resolve_config(None, {"backend": "docker", "nodes": 3, "replication_factor": 3})
+    with open_cluster(cfg, tmp_path) as cluster:
+        lc = cluster.lifecycle
+        cluster.wait_ready(120)
         assert lc.kill("n2") and not lc.is_up("n2")
         lc.start("n2")
         assert lc.pause("n3") and "T" in host_stat(cluster, "n3")
         assert lc.resume("n3")
         wait_until(lambda: "T" not in host_stat(cluster, "n3"), what="n3 resumed")
         cluster.wait_ready(120)
-    assert _leftovers(cid) == [], "teardown must remove containers and network"
+        cluster.collect_logs(tmp_path / "logs")
+        assert (tmp_path / "logs" / "n1" / "broker.log").is_file()
 
 
 def host_stat(cluster, node: str) -> str:

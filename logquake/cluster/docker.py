@@ -3,7 +3,8 @@
 Containers get NET_ADMIN (the nemesis's iptables runs inside them) and the harness's source
 tree, venv and interpreter bind-mounted read-only at the same paths (see docker/Dockerfile),
 so the lifecycle runs the broker there exactly as in the lab. Every container and network
-carries the label `org.logquake.cluster=<id>`; teardown removes them by it.
+carries the label `org.logquake.cluster=<id>`; teardown removes them by it, and the next
+docker cluster removes those whose harness died without teardown (label `org.logquake.owner`).
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from logquake.cluster.lifecycle import NodeSpec
 from logquake.config import TestConfig
 from logquake.errors import ConfigError, HostError, MissingPrerequisite
 
-__all__ = ["DockerHost", "open_docker", "docker_client", "build_image", "remove_docker_cluster", "IMAGE", "LABEL"]
+__all__ = ["DockerHost", "open_docker", "docker_client", "build_image", "remove_docker_cluster", "reap_orphans", "IMAGE", "LABEL"]
 
 log = logging.getLogger(__name__)
 
 IMAGE = "logquake-node:latest"
 BASE_IMAGE = "logquake-base:bookworm"
 LABEL = "org.logquake.cluster"
+OWNER = "org.logquake.owner"
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
 NODE_DIR = "/var/lib/logquake"
 
@@ -197,6 +199,34 @@ def remove_docker_cluster(client, cluster_id: str) -> list[str]:
     return problems
 
 
+def _owner() -> str:
+    import psutil
+
+    return f"{os.getpid()}:{psutil.Process().create_time():.2f}"
+
+
+def _owner_alive(owner: str) -> bool:
+    import psutil
+
+    pid, _, created = owner.partition(":")
+    try:
+        return f"{psutil.Process(int(pid)).create_time():.2f}" == created
+    except (psutil.Error, ValueError):
+        return False
+
+
+def reap_orphans(client) -> list[str]:
+    """Remove docker clusters whose harness is gone (SIGKILLed before its teardown); their ids."""
+    owners = {}
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        owners.setdefault(c.labels.get(LABEL, ""), c.labels.get(OWNER, ""))
+    dead = [cid for cid, owner in owners.items() if cid and not _owner_alive(owner)]
+    for cid in dead:
+        log.warning("removing docker cluster %s left by a harness that died", cid)
+        _remove(client, cid)
+    return dead
+
+
 def _make_nodes(client, cid: str, names: Sequence[str], image: str) -> tuple[dict[str, str], str]:
     """Network and containers; returns ({node: address}, the harness's address on the bridge)."""
     import docker.types
@@ -205,7 +235,8 @@ def _make_nodes(client, cid: str, names: Sequence[str], image: str) -> tuple[dic
     gateway = str(subnet.network_address + 1)
     net = f"lq-{cid}"
     ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(subnet), gateway=gateway)])
-    client.networks.create(net, driver="bridge", ipam=ipam, labels={LABEL: cid},
+    labels = {LABEL: cid, OWNER: _owner()}
+    client.networks.create(net, driver="bridge", ipam=ipam, labels=labels,
                            options={"com.docker.network.bridge.name": f"lq{cid}"})
     addresses = {}
     api = client.api
@@ -214,7 +245,7 @@ def _make_nodes(client, cid: str, names: Sequence[str], image: str) -> tuple[dic
         host_config = api.create_host_config(cap_add=["NET_ADMIN"], binds=_mounts(), network_mode=net, init=True)
         netcfg = api.create_networking_config({net: api.create_endpoint_config(ipv4_address=addr)})
         c = api.create_container(image, command=["sleep", "infinity"], name=f"lq-{cid}-{name}", hostname=name,
-                                 labels={LABEL: cid}, host_config=host_config, networking_config=netcfg)
+                                 labels=labels, host_config=host_config, networking_config=netcfg)
         api.start(c["Id"])
         addresses[name] = addr
     return addresses, gateway
@@ -229,6 +260,7 @@ def open_docker(cfg: TestConfig, run_dir: Path, *, start: bool = True):
         raise ConfigError("hosts", "the docker backend makes its own containers; hosts is for ssh and external")
     client = docker_client()
     image = build_image(client)
+    reap_orphans(client)
     cid = os.urandom(3).hex()
     names = node_names(cfg.nodes)
     try:

@@ -115,3 +115,21 @@ def test_short_docker_run_with_partitions_and_kills(tmp_path):
     assert res.get("valid") is True, f"{json.dumps(res)[:2000]}\n{out[-2000:]}"
     assert any((run_dir / "nodes").rglob("broker.log")), "node logs must be collected from the containers"
     assert not docker_client().containers.list(all=True, filters={"label": LABEL}), "containers left behind"
+
+
+def test_clusters_of_a_dead_harness_are_reaped():
+    require_docker()
+    from logquake.cluster.docker import IMAGE, OWNER, reap_orphans
+
+    client = docker_client()
+    cid = "dead" + os_urandom_hex()
+    client.containers.create(IMAGE, ["sleep", "infinity"], name=f"lq-{cid}-n1", labels={LABEL: cid, OWNER: "1:0.00"})
+    assert _leftovers(cid)
+    assert cid in reap_orphans(client)
+    assert _leftovers(cid) == []
+
+
+def os_urandom_hex() -> str:
+    import os
+
+    return os.urandom(2).hex()

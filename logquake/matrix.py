@@ -8,6 +8,8 @@ A matrix has two parts (both in the YAML of `--config`, see `DEFAULT_MATRIX`):
   expose it and the anomaly types expected; each run must come out invalid with at least
   one of them among the bad anomalies ("caught").
 
+Keys of a run's config: `base`, then `time_limit` (top level or `--time-limit`), then the
+workload preset or the unsafe entry's `config` (so a cell that needs a longer run keeps it).
 Each cell runs `test_count` times with seeds `seed`, `seed+1`, ... The sans-I/O part
 (expansion, verdicts, index and junit rendering) is separate from `run_matrix`, which runs
 the tests one after another through `logquake.runner.run_test`.
@@ -50,10 +52,11 @@ DEFAULT_MATRIX: dict[str, Any] = {
         {"mode": {"ack": "early"}, "nemesis": ["partition"], "expect": ["lost-write"],
          "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3}},
         # Packet loss starves leases, so elections happen while logs differ; partitions alone
-        # heal before a stale node can win (pre-vote and the leader lease stop it).
+        # heal before a stale node can win (pre-vote and the leader lease stop it). It takes a
+        # few faults of the right kind, hence the longer run.
         {"mode": {"election": "unclean"}, "nemesis": ["packet-loss", "partition"],
          "expect": ["lost-write", "inconsistent-offsets"],
-         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 4}},
+         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3, "time_limit": 45}},
         {"mode": {"fsync": "never"}, "nemesis": ["kill", "disk"], "expect": ["lost-write", "inconsistent-offsets"],
          "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3},
          "known_gap": "the disk nemesis drops unfsynced data on a minority only; Raft survives that"},

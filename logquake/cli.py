@@ -53,6 +53,11 @@ def run(
     nemesis_interval: Annotated[float | None, typer.Option(help="Mean seconds between fault flips.")] = None,
     txn: Annotated[bool | None, typer.Option("--txn/--no-txn", help="Ops are transactions of 1-4 micro-ops.")] = None,
     sub_via: Annotated[str | None, typer.Option(help="assign | subscribe.")] = None,
+    guarantee: Annotated[
+        str | None,
+        typer.Option(help="Delivery guarantee profile: at-most-once | at-least-once | exactly-once "
+                          "(sets client configs and which anomalies are bad; default at-least-once)."),
+    ] = None,
     client: Annotated[str | None, typer.Option(help="confluent | kafka-python.")] = None,
     seed: Annotated[int | None, typer.Option(help="RNG seed for ops and faults (random if unset).")] = None,
     name: Annotated[str | None, typer.Option(help="Test name (results/<name>/...).")] = None,
@@ -74,7 +79,7 @@ def run(
         {
             "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
             "nemesis": nemesis, "nemesis_interval": nemesis_interval, "txn": txn, "sub_via": sub_via,
-            "client": client, "seed": seed, "name": name, "results_dir": results_dir,
+            "guarantee": guarantee, "client": client, "seed": seed, "name": name, "results_dir": results_dir,
             "backend": backend, "bootstrap_servers": bootstrap_servers,
         },
     )

@@ -38,6 +38,7 @@ from logquake.history import FAIL, INFO, NEMESIS, OK, HistoryWriter, Op, load_hi
 from logquake.results import store
 from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, make_client, make_generator
 from logquake.workloads.client import Client, complete
+from logquake.workloads.profiles import apply_profile, describe
 
 log = logging.getLogger("logquake.runner")
 
@@ -386,10 +387,10 @@ def check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
         from logquake.checker import CheckOptions, check_history
     except ImportError as e:
         return {"valid": "unknown", "error": f"the checker is not available: {e}", "anomalies": {}}
-    # No guarantee profile yet: the adapters still configure idempotent acks=all producers
-    # whatever cfg.guarantee says, so the checker keeps Jepsen's strict defaults (a
-    # duplicate is bad). The profile hooks will set both sides together.
-    opts = CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps, ignore=cfg.ignore)
+    # The guarantee profile (workloads/profiles.py) set the client configs in run_test;
+    # the same profile decides here which anomaly types are bad.
+    opts = CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps, ignore=cfg.ignore,
+                        guarantee=cfg.guarantee)
     try:
         return check_history(ops, opts)
     except Exception as e:  # noqa: BLE001 - an analysis that raises is unknown, error attached
@@ -454,7 +455,8 @@ def run_test(
     as Ctrl-C does; `make` builds a fresh client (the configured library by default);
     `cluster` opens the cluster (open_cluster by default).
     """
-    cfg = cfg.with_seed()
+    cfg = apply_profile(cfg.with_seed())
+    profile = describe(cfg)
     stats = stats or Stats()
     stop = stop or threading.Event()
     run_dir = store.create_run_dir(cfg.results_dir, cfg.name)
@@ -464,7 +466,9 @@ def run_test(
     started = time.monotonic()
     try:
         log.info("run %s seed=%s dir=%s", cfg.name, cfg.seed, run_dir)
-        save_config(cfg, run_dir / store.TEST, run_dir=str(run_dir), start_time=time.time())
+        log.info("guarantee %s: producer %s; consumer %s; offsets committed %s", profile["guarantee"],
+                 profile["producer_config"], profile["consumer_config"], profile["offset_commit"])
+        save_config(cfg, run_dir / store.TEST, run_dir=str(run_dir), start_time=time.time(), profile=profile)
         writer = HistoryWriter(run_dir / store.HISTORY)
         recorder = Recorder(writer, stats)
         with _Interrupt(stop) as intr:
@@ -635,6 +639,16 @@ def verdict_table(results: dict[str, Any]) -> Any:
     return t
 
 
+def _print_profile(cfg: TestConfig, console: Any) -> None:
+    """The guarantee under test and the client configs it gives, before anything starts."""
+    prof = describe(apply_profile(cfg))
+    console.print(f"[bold]guarantee[/] {prof['guarantee']} (offsets committed {prof['offset_commit']};"
+                  f" allowed: {', '.join(prof['allowed_anomalies'])})")
+    for side in ("producer_config", "consumer_config"):
+        conf = prof[side]
+        console.print(f"  {side.split('_')[0]}: " + ", ".join(f"{k}={conf[k]}" for k in sorted(conf)))
+
+
 def run_with_display(cfg: TestConfig, console: Any) -> int:
     """Run a test under a live rich display; print the verdict and the run path; the exit code."""
     from rich.live import Live
@@ -642,6 +656,7 @@ def run_with_display(cfg: TestConfig, console: Any) -> int:
     stats = Stats()
     run_dir: list[Path] = []
     outcome: RunOutcome | None = None
+    _print_profile(cfg, console)
     try:
         rate = _Rate()
         with Live(get_renderable=lambda: _live_view(stats, run_dir, rate), console=console,

@@ -67,8 +67,9 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> d
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "acks": acks,
-        # Idempotence needs acks=all; with acks=1 or 0 the test is about those modes.
-        "enable.idempotence": acks in ("all", "-1"),
+        # Idempotence needs acks=all; with acks=1 or 0 the test is about those modes. A
+        # guarantee profile sets it explicitly; transactions always need it.
+        "enable.idempotence": bool(producer.get("idempotence", acks in ("all", "-1"))) or txn,
         "message.timeout.ms": 10_000,
         "request.timeout.ms": 5_000,
         "socket.timeout.ms": 5_000,

@@ -49,7 +49,8 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> d
     conf: dict[str, Any] = {
         "bootstrap_servers": bootstrap.split(","),
         "acks": acks,
-        "enable_idempotence": acks == "all",
+        # A guarantee profile sets idempotence explicitly; transactions always need it.
+        "enable_idempotence": bool(producer.get("idempotence", acks == "all")) or txn,
         "delivery_timeout_ms": 10_000,
         "request_timeout_ms": 5_000,
         "max_block_ms": 5_000,

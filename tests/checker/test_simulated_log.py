@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from logquake.checker import CheckOptions, check_history
 from logquake.checker.generate import BUGS, SimConfig, simulate
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 configs = st.builds(
     SimConfig,

@@ -35,7 +35,7 @@ def naive_components(ix, ww_deps: bool) -> list[list[int]]:
     return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 5, 9, 11, 13])  # odd seeds: one bug each
 @pytest.mark.parametrize("ww_deps", [True, False])
 def test_compact_graph_has_the_same_components(seed: int, ww_deps: bool) -> None:
     bugs = frozenset([BUGS[seed % len(BUGS)]]) if seed % 2 else frozenset()

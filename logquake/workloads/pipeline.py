@@ -1,0 +1,232 @@
+"""The `pipeline` workload (consume-transform-produce), as Kafka Streams does it.
+
+An input producer writes values 1..n round-robin to input topics `lq-in-<k>`; workers in
+one consumer group read them and write `[k, v]` (the transform keeps the input's identity,
+so the checker can count how often each input was processed) to `lq-out-<k>`. When offsets
+are committed follows the guarantee profile: before producing (at-most-once), after the
+produce is acknowledged (at-least-once), or inside the producing transaction with
+send_offsets_to_transaction (exactly-once). Finally a read_committed consumer reads every
+output topic from the beginning. The history records inputs (`input`), what each worker
+consumed, produced and committed (`process`), and the final reads (`poll`), in the shape
+logquake.checker.pipeline reads. Uses confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from logquake.history import FAIL, INFO, INVOKE, OK, Op
+from logquake.workloads.profiles import Profile
+
+log = logging.getLogger("logquake.pipeline")
+
+GROUP = "lq-pipeline"
+
+
+def in_topic(k: int) -> str:
+    return f"lq-in-{k}"
+
+
+def out_topic(k: int) -> str:
+    return f"lq-out-{k}"
+
+
+def worker_producer_config(bootstrap: str, profile: Profile, worker: int) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "acks": profile.acks, "enable.idempotence": profile.idempotence,
+        "linger.ms": 5, "message.timeout.ms": 10_000, "request.timeout.ms": 5_000,
+        "reconnect.backoff.max.ms": 1_000, "log.connection.close": False,
+    }
+    if profile.retries is not None:
+        conf["retries"] = profile.retries
+    if profile.transactions:
+        # One stable id per worker: a restarted worker fences its predecessor (zombie fencing).
+        conf.update({"transactional.id": f"lq-pipe-{worker}", "transaction.timeout.ms": 10_000})
+    return conf
+
+
+def worker_consumer_config(bootstrap: str, profile: Profile) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False,
+        "isolation.level": profile.isolation, "auto.offset.reset": "earliest",
+        # Topics have one partition each: range would give them all to one member.
+        "partition.assignment.strategy": "roundrobin",
+        "session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_000, "enable.partition.eof": False,
+        "reconnect.backoff.max.ms": 1_000, "log.connection.close": False,
+    }
+
+
+class History:
+    """Thread-safe op recorder: index and nanosecond time assigned on record."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic_ns()
+
+    def record(self, process: Any, type_: str, f: str, value: Any, **extra: Any) -> Op:
+        with self._lock:
+            op = Op(index=len(self.ops), time=time.monotonic_ns() - self._t0, process=process, type=type_,
+                    f=f, value=value, extra=extra)
+            self.ops.append(op)
+        return op
+
+
+def produce_inputs(bootstrap: str, keys: int, n: int, hist: History) -> None:
+    """Values 1..n, value v to key v % keys, each an `input` op (idempotent, acks=all)."""
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                  "message.timeout.ms": 20_000, "log.connection.close": False})
+    proc = "input"
+    for v in range(1, n + 1):
+        k = v % keys
+        hist.record(proc, INVOKE, "input", [["send", k, v]])
+        got: list[Any] = []
+        p.produce(in_topic(k), value=str(v).encode(), on_delivery=lambda e, m, got=got: got.append((e, m)))
+        p.flush(25.0)
+        err, msg = got[0] if got else ("timeout", None)
+        if err is None:
+            hist.record(proc, OK, "input", [["send", k, [msg.offset(), v]]])
+        else:
+            hist.record(proc, INFO, "input", [["send", k, v]], error=str(err))
+
+
+class Worker:
+    """One consume-transform-produce loop; see the module docstring."""
+
+    def __init__(self, index: int, bootstrap: str, profile: Profile, keys: int, hist: History) -> None:
+        self.index, self.profile, self.keys, self.hist = index, profile, keys, hist
+        self.process = index
+        self.consumer = Consumer(worker_consumer_config(bootstrap, profile))
+        self.producer = Producer(worker_producer_config(bootstrap, profile, index))
+        self.consumer.subscribe([in_topic(k) for k in range(keys)])
+        if profile.transactions:
+            self.producer.init_transactions(30.0)
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                msgs = [m for m in self.consumer.consume(num_messages=50, timeout=0.5) if m.error() is None]
+                if msgs:
+                    self._process(msgs)
+        finally:
+            self.consumer.close()
+
+    def _process(self, msgs: list[Any]) -> None:
+        consumed = [[_key(m.topic()), m.offset(), int(m.value())] for m in msgs]
+        commit = {}
+        for m in msgs:
+            commit[(m.topic(), m.partition())] = m.offset() + 1
+        offsets = [TopicPartition(t, p, o) for (t, p), o in commit.items()]
+        value = {"consumed": consumed, "produced": [], "committed": {str(_key(t)): o for (t, _), o in commit.items()}}
+        self.hist.record(self.process, INVOKE, "process", value)
+        try:
+            getattr(self, "_" + self.profile.commit.replace("-", "_"))(msgs, offsets, value)
+        except KafkaException as e:
+            self._rewind(msgs)
+            kind = FAIL if self.profile.transactions and self._aborted(e) else INFO
+            self.hist.record(self.process, kind, "process", value, error=str(e.args[0]))
+            if kind == INFO:
+                self.process += 1000  # an indeterminate op retires its process
+            return
+        self.hist.record(self.process, OK, "process", value)
+
+    def _send(self, msgs: list[Any], value: dict[str, Any]) -> None:
+        for m in msgs:
+            k, v = _key(m.topic()), int(m.value())
+            self.producer.produce(out_topic(k), value=json.dumps([k, v]).encode())
+            value["produced"].append([k, v])
+
+    def _flush(self) -> None:
+        if self.producer.flush(15.0):
+            raise KafkaException("produce not acknowledged in time")
+
+    def _before(self, msgs: list[Any], offsets: list[TopicPartition], value: dict[str, Any]) -> None:
+        self.consumer.commit(offsets=offsets, asynchronous=False)
+        self._send(msgs, value)
+        self.producer.flush(15.0)  # at-most-once: a failed send is not retried
+
+    def _after(self, msgs: list[Any], offsets: list[TopicPartition], value: dict[str, Any]) -> None:
+        self._send(msgs, value)
+        self._flush()
+        self.consumer.commit(offsets=offsets, asynchronous=False)
+
+    def _in_transaction(self, msgs: list[Any], offsets: list[TopicPartition], value: dict[str, Any]) -> None:
+        self.producer.begin_transaction()
+        self._send(msgs, value)
+        self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 15.0)
+        self.producer.commit_transaction(15.0)
+
+    def _aborted(self, e: KafkaException) -> bool:
+        """Abort the open transaction; True when the abort is confirmed (nothing visible)."""
+        err = e.args[0] if e.args else None
+        if err is not None and hasattr(err, "txn_requires_abort") and not err.txn_requires_abort():
+            return False
+        try:
+            self.producer.abort_transaction(15.0)
+            return True
+        except KafkaException:
+            return False
+
+    def _rewind(self, msgs: list[Any]) -> None:
+        """Read the batch again: seek each partition back to its first consumed offset."""
+        first: dict[tuple[str, int], int] = {}
+        for m in msgs:
+            first.setdefault((m.topic(), m.partition()), m.offset())
+        for (t, p), o in first.items():
+            try:
+                self.consumer.seek(TopicPartition(t, p, o))
+            except KafkaException as e:
+                log.info("seek back failed: %s", e)
+
+
+def _key(topic: str) -> int:
+    return int(topic.rsplit("-", 1)[1])
+
+
+def drain_outputs(bootstrap: str, keys: int, hist: History, *, done: Callable[[int], bool],
+                  timeout: float) -> None:
+    """Read every output topic from the start, read_committed, until `done(records)` or timeout."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lq-pipeline-drain", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": False,
+                  "log.connection.close": False})
+    c.assign([TopicPartition(out_topic(k), 0, 0) for k in range(keys)])
+    seen = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not done(seen):
+            hist.record("drain", INVOKE, "poll", [["poll"]])
+            polled: dict[str, list[Any]] = {}
+            for m in c.consume(num_messages=500, timeout=0.5):
+                if m.error() is None:
+                    polled.setdefault(str(_key(m.topic())), []).append([m.offset(), json.loads(m.value())])
+                    seen += 1
+            hist.record("drain", OK, "poll", [["poll", polled]])
+    finally:
+        c.close()
+
+
+def run_pipeline(bootstrap: str, profile: Profile, *, keys: int = 4, values: int = 200, workers: int = 2,
+                 timeout: float = 90.0, hist: History | None = None) -> list[Op]:
+    """Run the whole workload against `bootstrap`; the history, ready for check_pipeline."""
+    hist = hist or History()
+    produce_inputs(bootstrap, keys, values, hist)
+    stop = threading.Event()
+    crew = [Worker(i, bootstrap, profile, keys, hist) for i in range(workers)]
+    threads = [threading.Thread(target=w.run, args=(stop,), daemon=True, name=f"pipe-{w.index}") for w in crew]
+    for t in threads:
+        t.start()
+    acked = sum(1 for op in hist.ops if op.f == "input" and op.type == OK)
+    try:
+        drain_outputs(bootstrap, keys, hist, done=lambda n: n >= acked, timeout=timeout)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(20.0)
+    return hist.ops

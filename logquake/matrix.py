@@ -56,7 +56,9 @@ DEFAULT_MATRIX: dict[str, Any] = {
         # few faults of the right kind, hence the longer run.
         {"mode": {"election": "unclean"}, "nemesis": ["packet-loss", "partition"],
          "expect": ["lost-write", "inconsistent-offsets"],
-         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3, "time_limit": 45}},
+         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3, "time_limit": 45},
+         "known_gap": "caught in about 1 run of 4: one fault at a time rarely leaves an election between "
+                      "nodes whose logs differ"},
         {"mode": {"fsync": "never"}, "nemesis": ["kill", "disk"], "expect": ["lost-write", "inconsistent-offsets"],
          "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 3},
          "known_gap": "the disk nemesis drops unfsynced data on a minority only; Raft survives that"},

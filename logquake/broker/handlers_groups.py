@@ -251,6 +251,8 @@ class GroupService:
         if g.state is GroupState.EMPTY and g.group_id not in shard.persisted and g.generation == 0:
             return  # a group only ever used for offsets
         shard.persisted[g.group_id] = g.generation
+        log.info("group %r generation %d %s: members %s, leader %s, protocol %s", g.group_id, g.generation,
+                 g.state.value, sorted(g.members), g.leader_id, g.protocol_name)
         out = self._append(shard, offsets_log.encode_group(g.snapshot()))
         asyncio.ensure_future(out)
 

@@ -19,7 +19,6 @@ from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest
 from logquake.broker import LocalCluster
 from logquake.broker.handlers_groups import OFFSETS_TOPIC, coordinator_partition
 from logquake.broker.localcluster import kafka_request
-from tests.broker.clients import confluent_produce
 
 JOIN_GROUP = 11
 
@@ -30,6 +29,19 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.2)
+
+
+def produce_spread(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> None:
+    """Produce values round-robin over the partitions (acks=all), failing on any error."""
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, partition=i % partitions,
+                  on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+        p.poll(0)
+    assert p.flush(60) == 0 and errors == [], errors[:3]
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +152,7 @@ def test_group_of_three_consumes_every_message_once(gcluster: LocalCluster, clie
 
     def produce(n: int) -> None:
         new = [f"{topic}-{len(values) + i}".encode() for i in range(n)]
-        # the random partitioner spreads the values over the three partitions
-        _, errors = confluent_produce(gcluster.bootstrap_servers, topic, new, extra={"partitioner": "random"})
-        assert errors == []
+        produce_spread(gcluster.bootstrap_servers, topic, new, 3)
         values.extend(new)
 
     produce(150)
@@ -253,8 +263,7 @@ def test_group_keeps_consuming_when_its_coordinator_dies(gcluster: LocalCluster,
 
     def produce(n: int) -> None:
         new = [f"{topic}-{len(values) + i}".encode() for i in range(n)]
-        _, errors = confluent_produce(gcluster.bootstrap_servers, topic, new, extra={"partitioner": "random"})
-        assert errors == []
+        produce_spread(gcluster.bootstrap_servers, topic, new, 3)
         values.extend(new)
 
     produce(300)
@@ -275,3 +284,51 @@ def test_group_keeps_consuming_when_its_coordinator_dies(gcluster: LocalCluster,
     assert set(members.seen) == set(values)
     twice = {v for v, n in Counter(members.seen).items() if n > 1}
     assert twice <= set(members.uncommitted), "a value committed as processed was delivered again"
+
+
+@pytest.mark.slow
+def test_session_timeout_hands_a_killed_members_partitions_over(gcluster: LocalCluster) -> None:
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    topic, group = "grp-session", "group-session"
+    gcluster.create_topic(topic, partitions=2)
+    values = [f"s-{i}".encode() for i in range(200)]
+    produce_spread(gcluster.bootstrap_servers, topic, values, 2)
+    # A member in its own process that never commits, SIGKILLed later: it never sends LeaveGroup.
+    script = (
+        "import sys\n"
+        "from confluent_kafka import Consumer\n"
+        "c = Consumer({'bootstrap.servers': sys.argv[1], 'group.id': sys.argv[2], 'session.timeout.ms': 6000,"
+        " 'heartbeat.interval.ms': 500, 'auto.offset.reset': 'earliest', 'enable.auto.commit': False})\n"
+        "c.subscribe([sys.argv[3]])\n"
+        "while True:\n"
+        "    for m in c.consume(10, 0.2):\n"
+        "        if m.error() is None:\n"
+        "            print('got', flush=True)\n"
+    )
+    doomed = subprocess.Popen([sys.executable, "-c", script, gcluster.bootstrap_servers, group, topic],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    members = Members()
+    try:
+        ready, _, _ = select.select([doomed.stdout], [], [], 120)
+        assert ready and doomed.stdout.readline().startswith("got"), "the doomed member never consumed"
+        members.start("survivor", confluent_member(gcluster.bootstrap_servers, topic, group))
+        wait_until(lambda: members.distinct() > 0, 120, "the survivor to get a partition")
+        os.killpg(doomed.pid, signal.SIGKILL)
+        doomed.wait(30)
+        more = [f"s-{i}".encode() for i in range(200, 400)]
+        produce_spread(gcluster.bootstrap_servers, topic, more, 2)
+        # After the session timeout the survivor owns both partitions; nothing was committed
+        # for the dead member's partition, so it reads that one from the beginning.
+        wait_until(lambda: set(values + more) <= set(members.seen), 120, "the survivor to take both partitions over")
+        members.stop("survivor")
+    finally:
+        if doomed.poll() is None:
+            os.killpg(doomed.pid, signal.SIGKILL)
+        for name in list(members.threads):
+            members.stop(name)
+    assert members.errors == []

@@ -54,10 +54,15 @@ class KeyLogView:
     capped: bool
 
 
-def _writers(writes: list[Write]) -> tuple[str, str]:
+def _writers(writes: list[Write], offset: int | None = None) -> tuple[str, str]:
     if not writes:
         return "—", "no op in the history sent this value"
-    text = ", ".join(f"op {w.op} ({w.type})" for w in writes[:2]) + (" …" if len(writes) > 2 else "")
+
+    def one(w: Write) -> str:
+        elsewhere = offset is not None and w.offset is not None and w.offset != offset
+        return f"op {w.op} ({w.type}{f', acked at {w.offset}' if elsewhere else ''})"
+
+    text = ", ".join(one(w) for w in writes[:2]) + (" …" if len(writes) > 2 else "")
     return text, "; ".join(f"op {w.op} {w.type} at offset {w.offset}" for w in writes)
 
 
@@ -73,7 +78,9 @@ def _cells_at(trace: KeyTrace, offset: int) -> dict[Any, tuple[list[Write], list
     """value -> (writes that put it at this offset or without one, readers at this offset)."""
     out: dict[Any, tuple[list[Write], list[int]]] = {}
     for v, readers in trace.reads.get(offset, {}).items():
-        out[v] = ([w for w in trace.writes.get(v, []) if w.offset in (offset, None)], readers)
+        writes = trace.writes.get(v, [])
+        # a duplicate's writer was acknowledged at one of its offsets only: name it anyway
+        out[v] = ([w for w in writes if w.offset in (offset, None)] or list(writes), readers)
     return out
 
 
@@ -152,7 +159,7 @@ def _columns(shown: list[int], known: list[int], at: dict, flags: dict) -> list[
             cols.append(Column(offset=None, skipped=o - prev - 1, hidden=hidden))
         cells = []
         for v, (writes, readers) in sorted(at[o].items(), key=lambda kv: str(kv[0])):
-            w_text, w_title = _writers(writes)
+            w_text, w_title = _writers(writes, o)
             r_text, r_title = _readers(readers)
             cells.append(ValueCell(value=str(v), writers=w_text, writers_title=w_title, readers=r_text,
                                    readers_title=r_title, flags=flags[o][v]))

@@ -98,6 +98,14 @@ def _budgets(series: dict[tuple[str, str], Series], total: int) -> dict[tuple[st
     return budgets
 
 
+DASHES = ["solid", "dot", "dash", "dashdot", "longdash", "longdashdot"]
+
+
+def _dashes(d: Digest) -> dict[str, str]:
+    fs = sorted({f for f, _ in d.series})
+    return {f: DASHES[i % len(DASHES)] for i, f in enumerate(fs)}
+
+
 def _symbols(d: Digest) -> dict[str, str]:
     fs = sorted({f for f, _ in d.series})
     return {f: F_SYMBOLS[i % len(F_SYMBOLS)] for i, f in enumerate(fs)}
@@ -141,7 +149,7 @@ def throughput_figure(d: Digest) -> Figure:
     width = _bin_width(d.end_time)
     n_bins = d.end_time // width + 1
     traces = []
-    symbols = _symbols(d)
+    dashes = _dashes(d)
     x = [round((i + 0.5) * width / NS, 6) for i in range(n_bins)]
     for (f, outcome), s in sorted(d.series.items()):
         counts = [0] * n_bins
@@ -151,7 +159,7 @@ def throughput_figure(d: Digest) -> Figure:
             "type": "scatter", "x": x, "y": [c * NS / width for c in counts],
             "mode": "lines+markers" if n_bins < 60 else "lines", "name": f"{f} {outcome}",
             "line": {"color": OUTCOME_COLOURS.get(outcome, "#495057"), "shape": "hvh",
-                     "dash": "solid" if symbols[f] == "circle" else "dot"},
+                     "dash": dashes[f]},
             "hovertemplate": f"{f} {outcome}: %{{y:.1f}} ops/s<extra></extra>",
         })
     fig = _figure(traces, f"Throughput (completions per second, {width / MS:g} ms bins)", "ops/s")

@@ -72,6 +72,7 @@ class _Flight:
     first_polled: dict = field(default_factory=dict)
     read_tokens: list = field(default_factory=list)  # (token, key, value) of odd reads
     reorder: bool = False
+    entries: dict = field(default_factory=dict)  # key -> the log entries this op appended
 
 
 @dataclass
@@ -177,8 +178,10 @@ class _Sim:
         state = PENDING if self.cfg.txn else COMMITTED
         offset = len(log)
         log.append([v, state, fl.token])
+        fl.entries.setdefault(k, []).append(log[-1])
         if self._bug("duplicate"):
             log.append([v, state, fl.token])
+            fl.entries[k].append(log[-1])
             if fl.outcome != "fail" and fl.outcome != "info-abort":
                 self._fire("duplicate", ("duplicate",))
         if fl.reorder and k in fl.keys_sent:
@@ -266,8 +269,8 @@ class _Sim:
         for n, k in enumerate(keys):
             log = self.logs[k]
             ok = commit and not (torn and n > 0)
-            for e in log:
-                if e[2] == fl.token and e[1] == PENDING:
+            for e in fl.entries.get(k, ()):  # not a scan of the log: that made generation quadratic
+                if e[1] == PENDING:
                     e[1] = COMMITTED if ok else (LOST if torn else ABORTED)
             log.append([None, MARKER, fl.token])
         if torn:

@@ -249,7 +249,8 @@ def markdown(meta: dict, rows: list[Row]) -> str:
     head = (f"Measured {meta['date']} ({'quick' if meta['quick'] else 'full'} sizes), commit {meta['commit']}, "
             f"{meta['nproc']} CPUs, {meta['mem_gib']} GiB, Python {meta['python']}; load average "
             f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
-            f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after; {meta['seconds']:.0f} s in all.\n\n")
+            f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after; {meta['seconds']:.0f} s in all ("
+            f"{', '.join(f'{k} {v:.0f} s' for k, v in meta['durations_s'].items())}).\n\n")
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(fmt(r.get(c)).replace("|", "/") for c in COLUMNS) + " |" for r in rows]
     return head + "\n".join(lines) + "\n"
@@ -273,7 +274,9 @@ def main() -> int:
     benches = [b for b in BENCHES if not a.only or b.name in a.only]
     timeout = a.timeout or (900 if a.quick else 7200)
     meta = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "quick": a.quick, **machine()}
-    console, rows, t0 = Console(), [], time.monotonic()
+    console, rows, t0, durations = Console(), [], time.monotonic(), {}
+    if not console.is_terminal:  # a log file: keep each row on one line
+        console = Console(width=220)
     with tempfile.TemporaryDirectory(prefix="logquake-bench-logs-") as tmp, Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TimeElapsedColumn(), console=console) as progress:
@@ -281,11 +284,13 @@ def main() -> int:
         task = progress.add_task("benchmarks", total=len(benches))
         for b in benches:
             progress.update(task, description=f"{b.name} ({b.script})")
+            started = time.monotonic()
             got = run_one(b, a.quick, logdir, timeout)
+            durations[b.name] = round(time.monotonic() - started, 1)
             rows += got
             progress.console.print(f"{b.name}: {len(got)} rows")
             progress.advance(task)
-        meta |= {"load_after": os.getloadavg(), "seconds": time.monotonic() - t0}
+        meta |= {"load_after": os.getloadavg(), "seconds": time.monotonic() - t0, "durations_s": durations}
         a.out.mkdir(parents=True, exist_ok=True)
         stem = a.out / datetime.now(UTC).strftime("%Y-%m-%dT%H%M%S")
         logs = stem.with_suffix(".logs")

@@ -392,6 +392,10 @@ def check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
     opts = CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps, ignore=cfg.ignore,
                         guarantee=cfg.guarantee)
     try:
+        if cfg.workload == "pipeline":
+            from logquake.checker.pipeline import check_pipeline
+
+            return check_pipeline(ops, guarantee=cfg.guarantee)
         return check_history(ops, opts)
     except Exception as e:  # noqa: BLE001 - an analysis that raises is unknown, error attached
         log.error("checker raised:\n%s", traceback.format_exc())
@@ -510,7 +514,8 @@ def _run_phases(
         nemesis = scheduler = None
         try:
             cluster.wait_ready(120.0)
-            crew = Crew(cfg, make_generator(cfg), recorder, cluster.bootstrap_servers, lambda: make(cfg))
+            if cfg.workload != "pipeline":
+                crew = Crew(cfg, make_generator(cfg), recorder, cluster.bootstrap_servers, lambda: make(cfg))
             if cfg.nemesis:
                 from logquake.nemesis import NemesisScheduler, build_nemesis
 
@@ -520,6 +525,10 @@ def _run_phases(
                     nemesis, interval=cfg.nemesis_interval, rng=random.Random(f"schedule-{cfg.seed}"),
                     record=recorder.record,
                 )
+            if crew is None:
+                _pipeline(cfg, cluster.bootstrap_servers, recorder, scheduler, stats, stop)
+                scheduler = None  # healed inside
+                return
             _main_phase(cfg, crew, scheduler, stats, stop)
             _heal(scheduler, stats)
             scheduler = None
@@ -552,6 +561,29 @@ def _main_phase(cfg: TestConfig, crew: Crew, scheduler: Any, stats: Stats, stop:
         stop.wait(min(0.2, max(0.0, deadline - time.monotonic())))
     phase_over.set()
     crew.join(CALL_TIMEOUT + 5)
+
+
+def _pipeline(cfg: TestConfig, bootstrap: str, recorder: Recorder, scheduler: Any, stats: Stats,
+              stop: threading.Event) -> None:
+    """The pipeline workload: inputs and workers under faults, heal, recovery, drain."""
+    from logquake.workloads.pipeline import History, run_pipeline
+    from logquake.workloads.profiles import get_profile
+
+    def during() -> None:
+        stats.enter(MAIN)
+        stats.started = time.monotonic()
+        if scheduler is not None:
+            scheduler.start()
+        stop.wait(cfg.time_limit)
+        _heal(scheduler, stats)
+        stats.enter("recovery")
+        stop.wait(cfg.recovery_time)
+        stats.enter(DRAIN)
+
+    run_pipeline(bootstrap, get_profile(cfg.guarantee), keys=max(cfg.partitions, 4),
+                 values=max(1, int(cfg.rate * cfg.time_limit)), workers=cfg.concurrency,
+                 hist=History(sink=recorder.record), rate=cfg.rate, during=during,
+                 timeout=max(60.0, cfg.time_limit))
 
 
 def _heal(scheduler: Any, stats: Stats) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
 from logquake.workloads.profiles import Profile
@@ -60,14 +60,18 @@ def worker_consumer_config(bootstrap: str, profile: Profile) -> dict[str, Any]:
         "partition.assignment.strategy": "roundrobin",
         "session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_000, "enable.partition.eof": False,
         "reconnect.backoff.max.ms": 1_000, "log.connection.close": False,
+        # Input topics are created by their first write, maybe after subscribe(): a
+        # subscription only grows to them at a metadata refresh (5 min by default).
+        "topic.metadata.refresh.interval.ms": 1_000,
     }
 
 
 class History:
     """Thread-safe op recorder: index and nanosecond time assigned on record."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Callable[[Op], Op] | None = None) -> None:
         self.ops: list[Op] = []
+        self.sink = sink  # e.g. the runner's Recorder.record (streams to history.jsonl)
         self._lock = threading.Lock()
         self._t0 = time.monotonic_ns()
 
@@ -75,16 +79,25 @@ class History:
         with self._lock:
             op = Op(index=len(self.ops), time=time.monotonic_ns() - self._t0, process=process, type=type_,
                     f=f, value=value, extra=extra)
+            if self.sink is not None:
+                op = self.sink(op)
             self.ops.append(op)
         return op
 
 
-def produce_inputs(bootstrap: str, keys: int, n: int, hist: History) -> None:
-    """Values 1..n, value v to key v % keys, each an `input` op (idempotent, acks=all)."""
+def produce_inputs(bootstrap: str, keys: int, n: int, hist: History, *, rate: float | None = None,
+                   stop: threading.Event | None = None) -> None:
+    """Values 1..n (or until `stop`), value v to key v % keys, each an `input` op from process
+    -1 (idempotent, acks=all), at most `rate` per second."""
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                   "message.timeout.ms": 20_000, "log.connection.close": False})
-    proc = "input"
+    proc = -1
+    start = time.monotonic()
     for v in range(1, n + 1):
+        if stop is not None and stop.is_set():
+            break
+        if rate:
+            time.sleep(max(0.0, start + v / rate - time.monotonic()))
         k = v % keys
         hist.record(proc, INVOKE, "input", [["send", k, v]])
         got: list[Any] = []
@@ -95,6 +108,7 @@ def produce_inputs(bootstrap: str, keys: int, n: int, hist: History) -> None:
             hist.record(proc, OK, "input", [["send", k, [msg.offset(), v]]])
         else:
             hist.record(proc, INFO, "input", [["send", k, v]], error=str(err))
+            proc -= 1  # an indeterminate op retires its process
 
 
 class Worker:
@@ -103,15 +117,31 @@ class Worker:
     def __init__(self, index: int, bootstrap: str, profile: Profile, keys: int, hist: History) -> None:
         self.index, self.profile, self.keys, self.hist = index, profile, keys, hist
         self.process = index
+        self.bootstrap = bootstrap
         self.consumer = Consumer(worker_consumer_config(bootstrap, profile))
-        self.producer = Producer(worker_producer_config(bootstrap, profile, index))
         self.consumer.subscribe([in_topic(k) for k in range(keys)])
-        if profile.transactions:
-            self.producer.init_transactions(30.0)
+        self.producer = self._new_producer()
+        self.reset: list[Any] | None = None  # the batch to re-read after a failed/unknown op
+        self.producer_broken = False
+
+    def _new_producer(self) -> Producer:
+        p = Producer(worker_producer_config(self.bootstrap, self.profile, self.index))
+        if self.profile.transactions:
+            # Same transactional id: this completes or aborts whatever the old one left open.
+            p.init_transactions(30.0)
+        return p
 
     def run(self, stop: threading.Event) -> None:
         try:
             while not stop.is_set():
+                if self.reset is not None:
+                    try:
+                        self._reset(self.reset)
+                    except KafkaException as e:
+                        log.info("worker %d: reset failed, retrying: %s", self.index, e)
+                        stop.wait(1.0)
+                        continue
+                    self.reset = None
                 msgs = [m for m in self.consumer.consume(num_messages=50, timeout=0.5) if m.error() is None]
                 if msgs:
                     self._process(msgs)
@@ -129,11 +159,12 @@ class Worker:
         try:
             getattr(self, "_" + self.profile.commit.replace("-", "_"))(msgs, offsets, value)
         except KafkaException as e:
-            self._rewind(msgs)
             kind = FAIL if self.profile.transactions and self._aborted(e) else INFO
             self.hist.record(self.process, kind, "process", value, error=str(e.args[0]))
             if kind == INFO:
                 self.process += 1000  # an indeterminate op retires its process
+                self.producer_broken = True
+            self.reset = msgs
             return
         self.hist.record(self.process, OK, "process", value)
 
@@ -174,16 +205,21 @@ class Worker:
         except KafkaException:
             return False
 
-    def _rewind(self, msgs: list[Any]) -> None:
-        """Read the batch again: seek each partition back to its first consumed offset."""
-        first: dict[tuple[str, int], int] = {}
-        for m in msgs:
-            first.setdefault((m.topic(), m.partition()), m.offset())
-        for (t, p), o in first.items():
+    def _reset(self, msgs: list[Any]) -> None:
+        """After a failed or unknown op: a fresh transactional producer if the old one may
+        be stuck mid-transaction, then continue from the group's committed offsets (what
+        the outcome really was), never from the local position."""
+        if self.profile.transactions and self.producer_broken:
+            self.producer = self._new_producer()
+            self.producer_broken = False
+        tps = list({(m.topic(), m.partition()): None for m in msgs})
+        committed = self.consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10.0)
+        for tp in committed:
             try:
-                self.consumer.seek(TopicPartition(t, p, o))
+                self.consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                                  tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
             except KafkaException as e:
-                log.info("seek back failed: %s", e)
+                log.info("seek failed (partition moved in a rebalance?): %s", e)
 
 
 def _key(topic: str) -> int:
@@ -201,31 +237,46 @@ def drain_outputs(bootstrap: str, keys: int, hist: History, *, done: Callable[[i
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline and not done(seen):
-            hist.record("drain", INVOKE, "poll", [["poll"]])
+            hist.record(-2, INVOKE, "poll", [["poll"]])
             polled: dict[str, list[Any]] = {}
             for m in c.consume(num_messages=500, timeout=0.5):
                 if m.error() is None:
                     polled.setdefault(str(_key(m.topic())), []).append([m.offset(), json.loads(m.value())])
                     seen += 1
-            hist.record("drain", OK, "poll", [["poll", polled]])
+            hist.record(-2, OK, "poll", [["poll", polled]])
     finally:
         c.close()
 
 
 def run_pipeline(bootstrap: str, profile: Profile, *, keys: int = 4, values: int = 200, workers: int = 2,
-                 timeout: float = 90.0, hist: History | None = None) -> list[Op]:
-    """Run the whole workload against `bootstrap`; the history, ready for check_pipeline."""
+                 timeout: float = 90.0, hist: History | None = None, rate: float | None = None,
+                 during: Callable[[], None] | None = None) -> list[Op]:
+    """Run the whole workload against `bootstrap`; the history, ready for check_pipeline.
+
+    Without `during`, all `values` inputs are written first. With it (the runner's main
+    phase: faults for a while, then heal), inputs flow at `rate` while it runs and stop when
+    it returns; then the output is drained.
+    """
     hist = hist or History()
-    produce_inputs(bootstrap, keys, values, hist)
-    stop = threading.Event()
+    stop, inputs_over = threading.Event(), threading.Event()
+    if during is None:
+        produce_inputs(bootstrap, keys, values, hist)
     crew = [Worker(i, bootstrap, profile, keys, hist) for i in range(workers)]
     threads = [threading.Thread(target=w.run, args=(stop,), daemon=True, name=f"pipe-{w.index}") for w in crew]
+    if during is not None:
+        threads.append(threading.Thread(target=produce_inputs, args=(bootstrap, keys, values, hist),
+                                        kwargs={"rate": rate, "stop": inputs_over}, daemon=True))
     for t in threads:
         t.start()
-    acked = sum(1 for op in hist.ops if op.f == "input" and op.type == OK)
     try:
+        if during is not None:
+            during()
+            inputs_over.set()
+            threads[-1].join(30.0)
+        acked = sum(1 for op in hist.ops if op.f == "input" and op.type == OK)
         drain_outputs(bootstrap, keys, hist, done=lambda n: n >= acked, timeout=timeout)
     finally:
+        inputs_over.set()
         stop.set()
         for t in threads:
             t.join(20.0)

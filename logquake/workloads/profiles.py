@@ -15,6 +15,7 @@ from typing import Any
 
 from logquake.config import TestConfig
 from logquake.errors import ConfigError
+from logquake.workloads.queue import producer_settings
 
 # Allowed in every profile: Kafka does not isolate writes (Jepsen's allowed set).
 BASE_ALLOWED = frozenset({"int-send-skip", "G0", "G0-process", "G0-realtime"})
@@ -95,16 +96,8 @@ def apply_profile(cfg: TestConfig) -> TestConfig:
 
 def describe(cfg: TestConfig) -> dict[str, Any]:
     """What test.json stores and the run prints: the profile and the resulting client configs."""
-    from logquake.workloads.queue import producer_settings
-
     prof = get_profile(cfg.guarantee)
-    neutral = producer_settings(cfg)
-    if cfg.client == "kafka-python":
-        from logquake.workloads import kafkapython as lib
-    else:
-        from logquake.workloads import confluent as lib  # type: ignore[no-redef]
-    producer = lib.producer_config("<bootstrap>", txn=cfg.txn, producer=neutral)
-    consumer = lib.consumer_config("<bootstrap>", txn=cfg.txn, sub_via=cfg.sub_via)
+    producer, consumer = _client_configs(cfg, prof)
     return {
         "guarantee": prof.name,
         "offset_commit": prof.commit,
@@ -112,6 +105,22 @@ def describe(cfg: TestConfig) -> dict[str, Any]:
         "producer_config": _stable(producer),
         "consumer_config": _stable(consumer),
     }
+
+
+def _client_configs(cfg: TestConfig, prof: Profile) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The producer and consumer configs the run's clients will be given."""
+    if cfg.workload == "pipeline":
+        from logquake.workloads import pipeline
+
+        return (pipeline.worker_producer_config("<bootstrap>", prof, 0),
+                pipeline.worker_consumer_config("<bootstrap>", prof))
+    if cfg.client == "kafka-python":
+        from logquake.workloads import kafkapython as lib
+    else:
+        from logquake.workloads import confluent as lib  # type: ignore[no-redef]
+    neutral = producer_settings(cfg)
+    return (lib.producer_config("<bootstrap>", txn=cfg.txn, producer=neutral),
+            lib.consumer_config("<bootstrap>", txn=cfg.txn, sub_via=cfg.sub_via))
 
 
 def _checker_allowed(cfg: TestConfig) -> frozenset[str]:
@@ -128,7 +137,7 @@ def _stable(conf: dict[str, Any]) -> dict[str, Any]:
     """Per-process ids (transactional.id, group.id) shown by their prefix only."""
     out = dict(conf)
     for key in ("transactional.id", "transactional_id", "group.id"):
-        if isinstance(out.get(key), str):
+        if isinstance(out.get(key), str) and out[key].count("-") >= 3:
             out[key] = out[key].rsplit("-", 2)[0] + "-<pid>-<n>"
     out.pop("bootstrap_servers", None)
     out.pop("bootstrap.servers", None)

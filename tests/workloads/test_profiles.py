@@ -99,3 +99,12 @@ def test_a_lost_write_is_bad_except_at_most_once():
     assert "lost-write" in _bad(ops, "exactly-once")
     assert "lost-write" in _bad(ops, "at-least-once")
     assert "lost-write" not in _bad(ops, "at-most-once")
+
+
+def test_pipeline_configs_follow_the_profile():
+    eos = describe(_cfg(workload="pipeline", guarantee="exactly-once"))
+    assert eos["producer_config"]["transactional.id"] == "lq-pipe-0"  # stable per worker: zombie fencing
+    assert eos["consumer_config"]["isolation.level"] == "read_committed"
+    assert eos["consumer_config"]["enable.auto.commit"] is False
+    alo = describe(_cfg(workload="pipeline", guarantee="at-least-once"))
+    assert "transactional.id" not in alo["producer_config"] and alo["offset_commit"] == "after"

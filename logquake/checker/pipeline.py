@@ -8,7 +8,8 @@ produced and committed; they explain anomalies but the verdict rests on the outp
 
 An output record is counted once per (output key, offset), however many polls read it.
 lost-processing: an acknowledged input never in the output; double-processing: in it more
-than once. Which is bad follows the guarantee profile (at-most-once tolerates loss,
+than once; output-reorder: an input partition's values first reach the output out of
+their order. Which of them is bad follows the guarantee profile (at-most-once tolerates loss,
 at-least-once tolerates repeats, exactly-once neither).
 """
 
@@ -19,11 +20,14 @@ from typing import Any
 
 from logquake.history import OK, Op
 
-PIPELINE_TYPES = ("lost-processing", "double-processing")
+PIPELINE_TYPES = ("lost-processing", "double-processing", "output-reorder")
 
+# A zombie worker (its partitions already handed over) may still write older values after
+# the new owner's: only exactly-once fences it (group metadata in the transaction), so only
+# there is output-reorder bad.
 _ALLOWED = {
-    "at-most-once": {"lost-processing"},
-    "at-least-once": {"double-processing"},
+    "at-most-once": {"lost-processing", "output-reorder"},
+    "at-least-once": {"double-processing", "output-reorder"},
     "exactly-once": set(),
 }
 
@@ -55,12 +59,41 @@ def output_records(ops: list[Op]) -> dict[tuple[int, int], tuple[int, Any]]:
     return seen
 
 
+def output_reorders(records: dict[tuple[int, int], tuple[int, Any]]) -> list[dict[str, Any]]:
+    """Output keys where an input value first appears after a later value of the same input key.
+
+    Inputs of one partition are processed in offset order (values rise with offsets), so
+    their first appearances in an output partition must rise too; replays after a failure
+    repeat earlier values, which is allowed (counted as double-processing instead).
+    """
+    errs = []
+    by_out: dict[int, list[tuple[int, tuple[int, Any]]]] = {}
+    for (out_key, offset), src in records.items():
+        by_out.setdefault(out_key, []).append((offset, src))
+    for out_key, recs in sorted(by_out.items()):
+        seen: set[tuple[int, Any]] = set()
+        top: dict[int, tuple[int, Any]] = {}  # input key -> (offset, highest value so far)
+        for offset, (k, v) in sorted(recs):
+            if (k, v) in seen:
+                continue
+            seen.add((k, v))
+            if k in top and v < top[k][1]:
+                errs.append({"key": out_key, "offset": offset, "value": [k, v],
+                             "explanation": f"output key {out_key}: input {v} of key {k} first appears at offset "
+                                            f"{offset}, after input {top[k][1]} (offset {top[k][0]})"})
+            else:
+                top[k] = (offset, v)
+    return errs
+
+
 def check_pipeline(ops: list[Op], *, guarantee: str = "exactly-once", max_examples: int = 8) -> dict[str, Any]:
     """Results in the checker's format plus `processing_counts` ({times: inputs})."""
     inputs = acknowledged_inputs(ops)
-    counts = Counter(output_records(ops).values())
+    records = output_records(ops)
+    counts = Counter(records.values())
     lost = sorted(i for i in inputs if counts[i] == 0)
     double = sorted((i, n) for i, n in counts.items() if n > 1)
+    reorders = output_reorders(records)
     anomalies: dict[str, Any] = {}
     if lost:
         anomalies["lost-processing"] = {"count": len(lost), "errs": [
@@ -70,6 +103,8 @@ def check_pipeline(ops: list[Op], *, guarantee: str = "exactly-once", max_exampl
         anomalies["double-processing"] = {"count": len(double), "errs": [
             {"key": k, "value": v, "times": n, "explanation": f"input {v} of key {k} was processed {n} times"}
             for (k, v), n in double[:max_examples]]}
+    if reorders:
+        anomalies["output-reorder"] = {"count": len(reorders), "errs": reorders[:max_examples]}
     distribution = Counter(counts[i] for i in inputs)
     allowed = _ALLOWED.get(guarantee, set())
     bad = sorted(t for t in anomalies if t not in allowed)

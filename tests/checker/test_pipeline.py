@@ -68,3 +68,19 @@ def test_unacknowledged_inputs_are_not_owed_processing(kind):
 
 def test_nothing_to_check_is_unknown():
     assert check_pipeline(_ops(_read(100)))["valid"] == "unknown"
+
+
+def test_output_out_of_input_order_is_bad_only_for_exactly_once():
+    ops = _ops(_input(0, 1, 2), _read(100, (0, [0, 2]), (1, [0, 1])))
+    res = check_pipeline(ops, guarantee="exactly-once")
+    assert res["bad_error_types"] == ["output-reorder"], res
+    assert res["anomalies"]["output-reorder"]["errs"][0]["value"] == [0, 1]
+    for g in ("at-least-once", "at-most-once"):  # a zombie worker may write late: reported only
+        res = check_pipeline(ops, guarantee=g)
+        assert res["valid"] is True and res["error_types"] == ["output-reorder"]
+
+
+def test_a_replay_of_earlier_values_is_not_a_reorder():
+    ops = _ops(_input(0, 1, 2), _read(100, (0, [0, 1]), (1, [0, 2]), (2, [0, 1]), (3, [0, 2])))
+    res = check_pipeline(ops, guarantee="at-least-once")
+    assert res["valid"] is True and res["error_types"] == ["double-processing"]

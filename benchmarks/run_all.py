@@ -142,7 +142,8 @@ def parse_linear(out: str) -> list[Row]:
         return []
     n = len(re.findall(r"^sim-\d", out, re.MULTILINE))
     if m[2]:
-        return [row(b, f"cas-register histories ({n} simulated + imported)", num(m[1]), "s",
+        imported = len(re.findall(r"^(?:jepsen|knossos) ", out, re.MULTILINE))
+        return [row(b, f"cas-register histories ({n} simulated, {imported} imported)", num(m[1]), "s",
                     reference=f"Porcupine {num(m[2]):.3f} s", ratio=num(m[3]))]
     return [row(b, f"cas-register histories ({n} simulated)", num(m[1]), "s",
                 reference="Porcupine skipped: LOGQUAKE_PORCUPINE not set")]

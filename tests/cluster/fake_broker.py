@@ -1,9 +1,9 @@
-"""A stand-in for `python -m logquake broker` made of simple real behaviour, for lifecycle and fault
+"""A stand-in for `python -m logquake.broker` made of simple real behaviour, for lifecycle and fault
 tests that must not depend on the broker: it reads node.yaml, listens on its kafka port,
 writes its wall clock and a counter to files, and appends numbered lines to a segment file
 in data_dir, fsyncing every 5th line and recording the last fsynced line number.
 
-Invoked through a wrapper that stands in for the python interpreter: `-m logquake broker ...`
+Invoked through a wrapper that stands in for the python interpreter: `-m logquake.broker ...`
 runs this; anything else (e.g. `-m logquake.nemesis.disktool`) runs the real interpreter.
 """
 

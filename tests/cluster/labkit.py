@@ -124,12 +124,12 @@ FAKE_BROKER = Path(__file__).with_name("fake_broker.py")
 
 
 def fake_python(base: Path) -> str:
-    """An interpreter stand-in: `-m logquake broker ...` runs fake_broker.py, anything else real python."""
+    """An interpreter stand-in: `-m logquake.broker ...` runs fake_broker.py, anything else real python."""
     base.mkdir(parents=True, exist_ok=True)
     wrapper = base / "python"
     wrapper.write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = -m ] && [ "$2" = logquake ] && [ "$3" = broker ]; then shift 3; '
+        'if [ "$1" = -m ] && [ "$2" = logquake.broker ]; then shift 2; '
         f'exec {sys.executable} {FAKE_BROKER} "$@"; fi\n'
         f'exec {sys.executable} "$@"\n'
     )

@@ -30,6 +30,13 @@ from typing import IO, Any
 
 from logquake.errors import HistoryFormatError
 
+try:  # orjson decodes history lines ~3x faster than the stdlib; the checker reads millions
+    from orjson import JSONDecodeError as _JSONDecodeError
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is a dependency, but the format must not need it
+    _loads = json.loads
+    _JSONDecodeError = json.JSONDecodeError
+
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 TYPES = frozenset({INVOKE, OK, FAIL, INFO})
 NEMESIS = "nemesis"
@@ -177,8 +184,8 @@ class _Validator:
 def _parse_line(text: str) -> tuple[Op | None, str | None]:
     """Decode one line into an op, or give the reason it is malformed."""
     try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
+        d = _loads(text)
+    except _JSONDecodeError as e:
         return None, f"not valid JSON ({e.msg} at column {e.colno})"
     if not isinstance(d, dict):
         return None, f"expected a JSON object, got {type(d).__name__}"

@@ -84,6 +84,63 @@ def add_polled(acc: dict[str, list[list[Any]]], k: int, offset: int, v: Any) -> 
     acc.setdefault(str(k), []).append([offset, v])
 
 
+class QueueClient:
+    """State and op dispatch shared by the adapters; each subclass makes the library calls.
+
+    Subclasses implement `open`, `close`, `_assign`, `_subscribe`, `_plain` (send/poll
+    outside transactions) and `_txn`; the micro-op bookkeeping (`assigned`, `subscribed`,
+    `position`) lives here so both libraries keep it the same way.
+    """
+
+    def __init__(
+        self,
+        *,
+        keymap: KeyMap | None = None,
+        txn: bool = False,
+        sub_via: str = "assign",
+        producer: dict[str, Any] | None = None,
+        poll_timeout: float = 0.1,
+        op_timeout: float = 10.0,
+    ) -> None:
+        self.keymap = keymap or KeyMap()
+        self.txn = txn
+        self.sub_via = sub_via
+        self.producer_settings = dict(producer or {})
+        self.poll_timeout = poll_timeout
+        self.op_timeout = op_timeout
+        self._bootstrap = ""
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._txn_ready = False
+        self.assigned: list[int] = []
+        self.subscribed = False  # assign() on a subscribed consumer must unsubscribe first
+        self.position: dict[int, int] = {}  # next offset to read, per key
+
+    def invoke(self, op: Op) -> Op:
+        match op.f:
+            case "assign":
+                return self._assign(op)
+            case "subscribe":
+                return self._subscribe(op)
+            case "crash":
+                return complete(op, INFO, op.value, error="crash")
+            case _:
+                has_send = isinstance(op.value, list) and any(m[0] == "send" for m in op.value)
+                return self._txn(op) if self.txn and has_send else self._plain(op)
+
+    def _assign(self, op: Op) -> Op:
+        raise NotImplementedError
+
+    def _subscribe(self, op: Op) -> Op:
+        raise NotImplementedError
+
+    def _plain(self, op: Op) -> Op:
+        raise NotImplementedError
+
+    def _txn(self, op: Op) -> Op:
+        raise NotImplementedError
+
+
 class ContractError(AssertionError):
     """An adapter broke the Client contract (a logquake bug)."""
 

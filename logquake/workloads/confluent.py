@@ -24,7 +24,7 @@ from confluent_kafka import (
 )
 
 from logquake.history import FAIL, INFO, OK, Op
-from logquake.workloads.client import KeyMap, add_polled, complete, seek_back
+from logquake.workloads.client import QueueClient, add_polled, complete, seek_back
 
 log = logging.getLogger("logquake.client.confluent")
 
@@ -109,32 +109,11 @@ def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any
     return conf
 
 
-class ConfluentClient:
+class ConfluentClient(QueueClient):
     """One producer and one consumer; see the module docstring."""
 
-    def __init__(
-        self,
-        *,
-        keymap: KeyMap | None = None,
-        txn: bool = False,
-        sub_via: str = "assign",
-        producer: dict[str, Any] | None = None,
-        poll_timeout: float = 0.1,
-        op_timeout: float = 10.0,
-    ) -> None:
-        self.keymap = keymap or KeyMap()
-        self.txn = txn
-        self.sub_via = sub_via
-        self.producer_settings = dict(producer or {})
-        self.poll_timeout = poll_timeout
-        self.op_timeout = op_timeout
-        self._bootstrap = ""
-        self._producer: Producer | None = None
-        self._consumer: Consumer | None = None
-        self._txn_ready = False
-        self.assigned: list[int] = []
-        self.subscribed = False  # assign() on a subscribed consumer must unsubscribe first
-        self.position: dict[int, int] = {}  # next offset to read, per key
+    _producer: Producer | None
+    _consumer: Consumer | None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -176,17 +155,6 @@ class ConfluentClient:
             pass
 
     # -- ops --------------------------------------------------------------------------
-
-    def invoke(self, op: Op) -> Op:
-        match op.f:
-            case "assign":
-                return self._assign(op)
-            case "subscribe":
-                return self._subscribe(op)
-            case "crash":
-                return complete(op, INFO, op.value, error="crash")
-            case _:
-                return self._txn(op) if self.txn and _has_send(op.value) else self._plain(op)
 
     def _assign(self, op: Op) -> Op:
         keys = list(op.value)
@@ -374,7 +342,3 @@ class ConfluentClient:
             return complete(op, INFO, value, error=f"{_err_text(err)}; abort: {_err_text(e)}")
         # The coordinator confirmed the abort: no record of this transaction is visible.
         return complete(op, FAIL, value, error=_err_text(err))
-
-
-def _has_send(value: Any) -> bool:
-    return isinstance(value, list) and any(m[0] == "send" for m in value)

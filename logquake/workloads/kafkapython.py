@@ -16,7 +16,7 @@ import kafka.errors as kerr
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logquake.history import FAIL, INFO, OK, Op
-from logquake.workloads.client import KeyMap, add_polled, complete, seek_back
+from logquake.workloads.client import QueueClient, add_polled, complete, seek_back
 
 log = logging.getLogger("logquake.client.kafka-python")
 
@@ -87,32 +87,11 @@ def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any
     return conf
 
 
-class KafkaPythonClient:
+class KafkaPythonClient(QueueClient):
     """One producer and one consumer; see the module docstring."""
 
-    def __init__(
-        self,
-        *,
-        keymap: KeyMap | None = None,
-        txn: bool = False,
-        sub_via: str = "assign",
-        producer: dict[str, Any] | None = None,
-        poll_timeout: float = 0.1,
-        op_timeout: float = 10.0,
-    ) -> None:
-        self.keymap = keymap or KeyMap()
-        self.txn = txn
-        self.sub_via = sub_via
-        self.producer_settings = dict(producer or {})
-        self.poll_timeout = poll_timeout
-        self.op_timeout = op_timeout
-        self._bootstrap = ""
-        self._producer: KafkaProducer | None = None
-        self._consumer: KafkaConsumer | None = None
-        self._txn_ready = False
-        self.assigned: list[int] = []
-        self.subscribed = False  # assign() on a subscribed consumer must unsubscribe first
-        self.position: dict[int, int] = {}
+    _producer: KafkaProducer | None
+    _consumer: KafkaConsumer | None
 
     def open(self, bootstrap_servers: str) -> None:
         self._bootstrap = bootstrap_servers
@@ -141,18 +120,6 @@ class KafkaPythonClient:
                     thing.close(timeout=1) if thing is p else thing.close()
             except Exception:  # noqa: BLE001 - close never raises
                 pass
-
-    def invoke(self, op: Op) -> Op:
-        match op.f:
-            case "assign":
-                return self._assign(op)
-            case "subscribe":
-                return self._subscribe(op)
-            case "crash":
-                return complete(op, INFO, op.value, error="crash")
-            case _:
-                has_send = any(m[0] == "send" for m in op.value)
-                return self._txn(op) if self.txn and has_send else self._plain(op)
 
     def _tp(self, k: int) -> TopicPartition:
         t, p = self.keymap.topic_partition(k)

@@ -75,6 +75,26 @@ def spawn_script(argv: Sequence[str], *, pidfile: str, logfile: str, env: Mappin
     return ["setsid", "-f", "sh", "-c", body]
 
 
+def spawn_by_shell(host: Host, argv: Sequence[str], *, pidfile: str, logfile: str,
+                   env: Mapping[str, str]) -> int:
+    """`Host.spawn` for hosts reached only through `exec` (docker, ssh): run spawn_script,
+    then wait for the daemon's pid file."""
+    host.exec(["rm", "-f", pidfile])
+    run_checked(host, spawn_script(argv, pidfile=pidfile, logfile=logfile, env=env), timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rc, out, _ = host.exec(["cat", pidfile], timeout=20)
+        if rc == 0 and out.strip().isdigit():
+            return int(out.strip())
+        time.sleep(0.02)
+    raise HostError(host.name, shell_join(argv), -1, f"no pid in {pidfile} after 30 s")
+
+
+def signal_by_kill(host: Host, pid: int, sig: int) -> None:
+    """`Host.signal` through `kill` on the host; a process already gone is not an error."""
+    host.exec(["kill", f"-{int(sig)}", str(pid)], timeout=20)
+
+
 def pid_alive(host: Host, pid: int) -> bool:
     """True when pid runs on host and is not a zombie (init here may never reap it)."""
     rc, out, _ = host.exec(["ps", "-o", "stat=", "-p", str(pid)], timeout=20)

@@ -17,7 +17,12 @@ from collections.abc import Mapping, Sequence
 
 import paramiko
 
-from logquake.cluster.host import ExecResult, run_checked, shell_join, spawn_script
+from logquake.cluster.host import (
+    ExecResult,
+    shell_join,
+    signal_by_kill,
+    spawn_by_shell,
+)
 from logquake.cluster.hostcfg import HostEntry
 from logquake.errors import ConfigError, HostError, MissingPrerequisite
 
@@ -106,18 +111,10 @@ class SshHost:
             f.write(out)
 
     def spawn(self, argv: Sequence[str], *, pidfile: str, logfile: str, env: Mapping[str, str] = {}) -> int:
-        self.exec(["rm", "-f", pidfile])
-        run_checked(self, spawn_script(argv, pidfile=pidfile, logfile=logfile, env=env), timeout=30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            rc, out, _ = self.exec(["cat", pidfile], timeout=20)
-            if rc == 0 and out.strip().isdigit():
-                return int(out.strip())
-            time.sleep(0.02)
-        raise HostError(self.name, shell_join(argv), -1, f"no pid in {pidfile} after 30 s")
+        return spawn_by_shell(self, argv, pidfile=pidfile, logfile=logfile, env=env)
 
     def signal(self, pid: int, sig: int) -> None:
-        self.exec(["kill", f"-{int(sig)}", str(pid)], timeout=20)  # a process already gone is not an error
+        signal_by_kill(self, pid, sig)
 
     def close(self) -> None:
         with self._lock:

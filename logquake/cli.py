@@ -43,6 +43,7 @@ def _not_yet(what: str, issue: int) -> NoReturn:
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Test config YAML.")] = None,
+    workload: Annotated[str | None, typer.Option(help="queue | pipeline | offsets (default queue).")] = None,
     nodes: Annotated[int | None, typer.Option(help="Broker nodes (default 5).")] = None,
     time_limit: Annotated[float | None, typer.Option(help="Seconds of the main phase (default 45).")] = None,
     rate: Annotated[float | None, typer.Option(help="Target ops/s over all workers (default 100).")] = None,
@@ -77,7 +78,7 @@ def run(
     cfg = resolve_config(
         config,
         {
-            "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
+            "workload": workload, "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
             "nemesis": nemesis, "nemesis_interval": nemesis_interval, "txn": txn, "sub_via": sub_via,
             "guarantee": guarantee, "client": client, "seed": seed, "name": name, "results_dir": results_dir,
             "backend": backend, "bootstrap_servers": bootstrap_servers,

@@ -2,7 +2,7 @@
 
 Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
 
-    name              test name; the results land in results/<name>/<start time>/   ("queue")
+    name              test name; the results land in results/<name>/<start time>/   (the workload)
     workload          queue | pipeline | offsets                                     (queue)
     backend           lab | docker | ssh | external                                  (lab)
     nodes             number of broker nodes, 1-15                                   (5)
@@ -249,6 +249,8 @@ def resolve_config(
         if value is not None:
             values[_check_key(key, "flags")] = value
     checked = {key: _validate_value(key, value) for key, value in values.items()}
+    if "name" not in checked and "workload" in checked:
+        checked["name"] = checked["workload"]  # results/offsets/..., not results/queue/...
     cfg = TestConfig(**checked)
     if cfg.replication_factor > cfg.nodes and cfg.backend != "external":
         raise ConfigError(

@@ -396,6 +396,10 @@ def check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
             from logquake.checker.pipeline import check_pipeline
 
             return check_pipeline(ops, guarantee=cfg.guarantee)
+        if cfg.workload == "offsets":  # committed offsets are registers: linearizability
+            from logquake.workloads import offsets
+
+            return offsets.analyse(ops, offsets.offset_keys(cfg))
         return check_history(ops, opts)
     except Exception as e:  # noqa: BLE001 - an analysis that raises is unknown, error attached
         log.error("checker raised:\n%s", traceback.format_exc())
@@ -514,7 +518,12 @@ def _run_phases(
         nemesis = scheduler = None
         try:
             cluster.wait_ready(120.0)
-            if cfg.workload != "pipeline":
+            if cfg.workload == "offsets":
+                from logquake.workloads import offsets
+
+                mk = offsets.make_client if make is make_client else make
+                crew = Crew(cfg, offsets.make_generator(cfg), recorder, cluster.bootstrap_servers, lambda: mk(cfg))
+            elif cfg.workload != "pipeline":
                 crew = Crew(cfg, make_generator(cfg), recorder, cluster.bootstrap_servers, lambda: make(cfg))
             if cfg.nemesis:
                 from logquake.nemesis import NemesisScheduler, build_nemesis
@@ -673,6 +682,13 @@ def verdict_table(results: dict[str, Any]) -> Any:
 
 def _print_profile(cfg: TestConfig, console: Any) -> None:
     """The guarantee under test and the client configs it gives, before anything starts."""
+    if cfg.workload == "offsets":
+        from logquake.workloads.offsets import offset_keys
+
+        keys = offset_keys(cfg)
+        console.print(f"[bold]offsets[/]: {keys.groups} groups x {keys.partitions} partitions of {keys.topic}, "
+                      "standalone commits, checked as registers for linearizability")
+        return
     prof = describe(apply_profile(cfg))
     console.print(f"[bold]guarantee[/] {prof['guarantee']} (offsets committed {prof['offset_commit']};"
                   f" allowed: {', '.join(prof['allowed_anomalies'])})")

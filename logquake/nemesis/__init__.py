@@ -4,7 +4,7 @@ Pure decisions (grudges, targets, the flip-flop schedule) are separate from acti
 (net.py's iptables chains, faults.py through the Host protocol and broker lifecycle).
 """
 
-from logquake.nemesis.combined import CombinedNemesis, build_nemesis, make_faults
+from logquake.nemesis.combined import FAMILIES, CombinedNemesis, build_nemesis, fault_families, make_faults
 from logquake.nemesis.faults import (
     ClockFault,
     DiskFault,
@@ -12,6 +12,7 @@ from logquake.nemesis.faults import (
     PacketLossFault,
     PartitionFault,
     PauseFault,
+    StaleLeaderFault,
 )
 from logquake.nemesis.grudges import (
     CLIENTS,
@@ -36,6 +37,7 @@ __all__ = [
     "Action",
     "ClockFault",
     "CombinedNemesis",
+    "FAMILIES",
     "DiskFault",
     "Fault",
     "FlipFlop",
@@ -49,10 +51,12 @@ __all__ = [
     "PacketLossFault",
     "PartitionFault",
     "PauseFault",
+    "StaleLeaderFault",
     "build_nemesis",
     "complete_grudge",
     "cut_links",
     "describe_grudge",
+    "fault_families",
     "make_faults",
     "make_grudge",
     "pick_targets",

@@ -1,4 +1,9 @@
-"""`build_nemesis`: one nemesis over every fault family the test config asks for."""
+"""`build_nemesis`: one nemesis over every fault family the test config asks for.
+
+A config's `nemesis` entries are fault specs: a family (`partition`: its variant drawn at
+random each time) or `family:variant` (`partition:leader`, `disk:power-loss`: always that
+one). The schedule draws among the specs; one Fault object per family serves them all.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,20 @@ from logquake.nemesis.faults import (
     PacketLossFault,
     PartitionFault,
     PauseFault,
+    StaleLeaderFault,
 )
 from logquake.nemesis.grudges import CLIENTS
 from logquake.nemesis.net import Net
 from logquake.nemesis.protocol import Fault, Nemesis, NemesisTarget, NoopNemesis
 
-__all__ = ["CombinedNemesis", "build_nemesis", "make_faults"]
+__all__ = ["FAMILIES", "CombinedNemesis", "build_nemesis", "fault_families", "make_faults"]
+
+FAMILIES = ("partition", "kill", "pause", "clock", "disk", "packet-loss", "stale-leader")
+
+
+def fault_families(specs: Sequence[str]) -> list[str]:
+    """The families of fault specs, in first-seen order: ["partition:leader", "kill"] -> partition, kill."""
+    return list(dict.fromkeys(s.partition(":")[0] for s in specs))
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +40,9 @@ log = logging.getLogger(__name__)
 class CombinedNemesis:
     """Runs one fault at a time out of several families; heal undoes all of them."""
 
-    def __init__(self, faults: Sequence[Fault], *, net: Net | None = None) -> None:
+    def __init__(self, faults: Sequence[Fault], *, net: Net | None = None, specs: Sequence[str] = ()) -> None:
         self._faults = {f.name: f for f in faults}
-        self.faults = tuple(self._faults)
+        self.faults = tuple(specs) or tuple(self._faults)  # what the schedule draws from
         self.net = net
         self.active: Fault | None = None
 
@@ -41,7 +54,7 @@ class CombinedNemesis:
     def start(self, spec: str) -> str:
         family, _, variant = spec.partition(":")
         if family not in self._faults:
-            raise ValueError(f"unknown fault {family!r}; this nemesis has {', '.join(self.faults) or 'none'}")
+            raise ValueError(f"unknown fault {family!r}; this nemesis has {', '.join(self._faults) or 'none'}")
         if self.active is not None:
             self.stop()
         fault = self._faults[family]
@@ -63,7 +76,7 @@ class CombinedNemesis:
                 errors.append(f"{name}: {e}")
         if errors:
             raise RuntimeError("heal failed: " + "; ".join(errors))
-        return f"healed {', '.join(self.faults)}"
+        return f"healed {', '.join(self._faults)}"
 
     def teardown(self) -> None:
         try:
@@ -80,8 +93,12 @@ def make_faults(names: Sequence[str], target: NemesisTarget, rng: random.Random,
         "clock": lambda: ClockFault(target, rng),
         "disk": lambda: DiskFault(target, rng),
         "packet-loss": lambda: PacketLossFault(target, net, rng),
+        "stale-leader": lambda: StaleLeaderFault(target, net, rng),
     }
-    return [makers[n]() for n in names]
+    unknown = [f for f in fault_families(names) if f not in makers]
+    if unknown:
+        raise ValueError(f"unknown fault {unknown[0]!r}; allowed: {', '.join(FAMILIES)} (optionally :variant)")
+    return [makers[f]() for f in fault_families(names)]
 
 
 def build_nemesis(cfg: TestConfig, cluster: NemesisTarget) -> Nemesis:
@@ -95,4 +112,4 @@ def build_nemesis(cfg: TestConfig, cluster: NemesisTarget) -> Nemesis:
     if harness:
         addresses[CLIENTS] = harness
     net = Net(cluster.hosts, addresses, iptables=iptables)
-    return CombinedNemesis(make_faults(cfg.nemesis, cluster, rng, net), net=net)
+    return CombinedNemesis(make_faults(cfg.nemesis, cluster, rng, net), net=net, specs=cfg.nemesis)

@@ -9,34 +9,38 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Sequence
 
 from logquake.cluster.host import run_checked
-from logquake.nemesis.grudges import GRUDGES, describe_grudge, make_grudge
+from logquake.nemesis.grudges import GRUDGES, busiest_leader, complete_grudge, describe_grudge, make_grudge
 from logquake.nemesis.net import Net
 from logquake.nemesis.protocol import NemesisTarget
 from logquake.nemesis.targets import TARGETS, pick_targets
 
-__all__ = ["PartitionFault", "KillFault", "PauseFault", "ClockFault", "DiskFault", "PacketLossFault"]
+__all__ = ["PartitionFault", "KillFault", "PauseFault", "ClockFault", "DiskFault", "PacketLossFault",
+           "StaleLeaderFault"]
 
 
-def _leaders(target: NemesisTarget) -> set[str]:
+def _leaders(target: NemesisTarget) -> list[str]:
+    """The leader of each partition (a node once per partition it leads); [] when unknown."""
     try:
-        return set(target.leaders(timeout=3.0).values())
+        return sorted(target.leaders(timeout=3.0).values())
     except Exception:  # no broker answering is a normal state under faults
-        return set()
+        return []
 
 
 def _targets(target: NemesisTarget, rng: random.Random, kind: str | None) -> list[str]:
     kind = kind or rng.choice(TARGETS)
-    leaders = _leaders(target) if kind == "leaders" else set()
+    leaders = _leaders(target) if kind == "leaders" else []
     return pick_targets(kind, target.nodes, rng, current_leaders=leaders)
 
 
 class PartitionFault:
     """Grudges between brokers; `partition:clients` cuts some brokers off from the clients only.
 
-    Random choice is among the broker-broker shapes; the client one is opt-in by name.
+    Random choice is among the broker-broker shapes of GRUDGES; `clients` and `leader` (the
+    busiest leader alone against a majority) are opt-in by name.
     """
 
     name = "partition"
@@ -47,7 +51,7 @@ class PartitionFault:
 
     def start(self, variant: str) -> str:
         kind = variant or self.rng.choice(self.variants)
-        leaders = _leaders(self.target) if kind == "leaders" else set()
+        leaders = _leaders(self.target) if kind in ("leaders", "leader") else []
         grudge = make_grudge(kind, self.target.nodes, self.rng, current_leaders=leaders)
         self.net.drop(grudge)
         return f"{kind}: {describe_grudge(grudge)}"
@@ -188,9 +192,13 @@ class ClockFault:
 class DiskFault:
     """Crash brokers and damage what a crash can: unsynced writes lost, or a torn segment tail.
 
-    lose-unfsynced needs the LazyFS data directories (the cluster enables them when `disk` is
-    among the faults); corrupt-tail works on any host. stop restarts the crashed brokers.
+    lose-unfsynced crashes a minority and drops their unsynced writes; power-loss does that to
+    every node at once (Jepsen's "kill all, lose unfsynced": only what a majority fsynced before
+    the ack survives). Both need the LazyFS data directories (the cluster enables them when
+    `disk` is among the faults); corrupt-tail works on any host. stop restarts the crashed brokers.
     """
+
+    KINDS = ("lose-unfsynced", "corrupt-tail", "power-loss", "power-loss-majority")
 
     name = "disk"
 
@@ -198,17 +206,23 @@ class DiskFault:
         self.target, self.rng = target, rng
         self.crashed: list[str] = []
         lazy = getattr(target.lifecycle, "lazyfs", False)
+        # power-loss is named explicitly (`disk:power-loss`): the seeded random draw stays as it was.
         self.variants = ("lose-unfsynced", "corrupt-tail") if lazy else ("corrupt-tail",)
+        self.lazy = lazy
 
     def start(self, variant: str) -> str:
         kind = variant or self.rng.choice(self.variants)
-        if kind not in ("lose-unfsynced", "corrupt-tail"):
-            raise ValueError(f"unknown disk fault {kind!r}; allowed: lose-unfsynced, corrupt-tail")
-        nodes = _targets(self.target, self.rng, "minority")
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown disk fault {kind!r}; allowed: {', '.join(self.KINDS)}")
+        if kind != "corrupt-tail" and not self.lazy:
+            raise ValueError(f"disk:{kind} needs LazyFS data directories (FUSE), which this cluster has not")
+        who = {"power-loss": "all", "power-loss-majority": "majority"}.get(kind, "minority")
+        nodes = _targets(self.target, self.rng, who)
+        for n in nodes:  # every node down before any loses data: a power cut, not a rolling crash
+            self.target.lifecycle.kill(n)
         done = []
         for n in nodes:
-            self.target.lifecycle.kill(n)
-            if kind == "lose-unfsynced":
+            if kind != "corrupt-tail":
                 self.target.lifecycle.drop_unsynced(n)
                 done.append(f"{n}: unsynced writes dropped")
             else:
@@ -258,3 +272,50 @@ class PacketLossFault:
         self.net.heal_loss(thorough=True)
 
 
+
+
+class StaleLeaderFault:
+    """Make a stale node stand for election against voters that are up to date but know nothing.
+
+    The classic recipe for an unclean election: isolate the busiest leader until the majority
+    has elected new leaders and committed writes it lacks (`hold` s), kill that majority, heal
+    the network and restart just enough of it for a quorum with the stale node; stop restarts
+    the rest. The restarted voters heard from no leader (no lease) while the stale node has been
+    campaigning all along, so it asks first: a broker that votes without the log-freshness check
+    elects it and truncates committed entries; a correct one refuses and waits for a fresh node.
+    """
+
+    name = "stale-leader"
+    variants = ("",)
+
+    def __init__(self, target: NemesisTarget, net: Net, rng: random.Random, *, hold: float = 5.0) -> None:
+        self.target, self.net, self.rng, self.hold = target, net, rng, hold
+        self.down: list[str] = []
+
+    def start(self, variant: str) -> str:
+        nodes = list(self.target.nodes)
+        stale = busiest_leader(nodes, self.rng, _leaders(self.target))
+        rest = [n for n in nodes if n != stale]
+        self.net.drop(complete_grudge([[stale], rest]))
+        time.sleep(self.hold)
+        for n in rest:
+            self.target.lifecycle.kill(n)
+        self.net.heal()
+        up = sorted(self.rng.sample(rest, len(nodes) // 2)) if rest else []
+        for n in up:
+            self.target.lifecycle.start(n)
+        self.down = sorted(set(self.down) | (set(rest) - set(up)))
+        return (f"{stale} isolated {self.hold:g} s; killed {','.join(rest) or 'nothing'}; network healed; "
+                f"restarted {','.join(up) or 'nothing'} ({','.join(self.down) or 'none'} still down)")
+
+    def stop(self) -> str:
+        nodes, self.down = self.down, []
+        for n in nodes:
+            self.target.lifecycle.start(n)
+        return f"started {','.join(nodes) or 'nothing'}"
+
+    def heal(self) -> None:
+        self.down = []
+        self.net.heal(thorough=True)
+        for n in self.target.nodes:
+            self.target.lifecycle.start(n)

@@ -8,10 +8,11 @@ is cut when either end holds a grudge against the other (TCP needs both directio
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 __all__ = ["Grudge", "GRUDGES", "CLIENTS", "clients", "complete_grudge", "one", "majority", "majorities_ring", "bridge", "leaders",
-           "make_grudge", "cut_links", "describe_grudge"]
+           "leader", "busiest_leader", "make_grudge", "cut_links", "describe_grudge"]
 
 Grudge = dict[str, frozenset[str]]
 
@@ -87,6 +88,26 @@ def leaders(nodes: Sequence[str], rng: random.Random, *, current: Iterable[str] 
     return complete_grudge([[n] for n in lead] + ([rest] if rest else []))
 
 
+def busiest_leader(nodes: Sequence[str], rng: random.Random, current: Iterable[str]) -> str:
+    """The node leading the most partitions (`current` names one leader per partition, so a node
+    repeats); ties and an unknown leadership are broken by rng."""
+    counts = Counter(n for n in current if n in set(nodes))
+    if not counts:
+        return rng.choice(list(nodes))
+    top = max(counts.values())
+    return rng.choice(sorted(n for n, c in counts.items() if c == top))
+
+
+def leader(nodes: Sequence[str], rng: random.Random, *, current: Iterable[str] = ()) -> Grudge:
+    """The busiest leader alone, every other node together.
+
+    Unlike `leaders`, the rest keep a majority: they elect new leaders and write at the offsets
+    the isolated one may still be acknowledging (what an early ack or a lost retry needs).
+    """
+    lead = busiest_leader(nodes, rng, current)
+    return complete_grudge([[lead], [n for n in nodes if n != lead]])
+
+
 CLIENTS = "clients"  # pseudo-node: the harness's client address, for client-broker partitions
 
 
@@ -106,14 +127,22 @@ GRUDGES: dict[str, Callable[..., Grudge]] = {
 }
 
 
+# Asked for by name only (`partition:leader`), never drawn at random: keeps the seeded random
+# draw over GRUDGES what it was.
+EXPLICIT = (CLIENTS, "leader")
+
+
 def make_grudge(kind: str, nodes: Sequence[str], rng: random.Random, *, current_leaders: Iterable[str] = ()) -> Grudge:
-    """Grudge `kind` (a key of GRUDGES, or "clients", which is only ever asked for explicitly)."""
+    """Grudge `kind` (a key of GRUDGES, or one of EXPLICIT). `current_leaders` names the leader of
+    each partition (a node once per partition it leads)."""
     if kind == "leaders":
         return leaders(nodes, rng, current=current_leaders)
+    if kind == "leader":
+        return leader(nodes, rng, current=current_leaders)
     if kind == CLIENTS:
         return clients(nodes, rng)
     if kind not in GRUDGES:
-        raise ValueError(f"unknown partition {kind!r}; allowed: {', '.join([*GRUDGES, CLIENTS])}")
+        raise ValueError(f"unknown partition {kind!r}; allowed: {', '.join([*GRUDGES, *EXPLICIT])}")
     return GRUDGES[kind](nodes, rng)
 
 

@@ -13,7 +13,10 @@ retired and replaced by a fresh one (the next integer). Values are unique per ke
 
 Ops (DESIGN.md §6): `send` / `poll` (one micro-op each), `txn` (1-4 micro-ops with
 `txn=True`), `assign` / `subscribe` (about 1 op in 64, and first for every fresh client),
-`crash` (the worker drops its client and opens a fresh one). In the drain phase every
+`crash` (the worker drops its client and opens a fresh one). With `txn=True`, a share
+(`abort_fraction`, 10 %) of the transactions that send are marked `abort` (op extra): the
+client aborts them on purpose after their records reached the brokers, so aborted writes
+exist for read_committed to hide (a G1a otherwise has nothing to find). In the drain phase every
 worker assigns all keys from the beginning, then polls until it has read up to the highest
 offset known for every key.
 """
@@ -30,6 +33,7 @@ MAIN, DRAIN = "main", "drain"
 
 REASSIGN_ONE_IN = 64
 CRASH_ONE_IN = 256
+ABORT_FRACTION = 0.1  # of sending transactions, when txn=True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +71,12 @@ class QueueGenerator:
         sub_via: str = "assign",
         active_keys: int = 10,
         max_writes_per_key: int = 1024,
+        abort_fraction: float | None = None,
     ) -> None:
+        if abort_fraction is not None and not 0 <= abort_fraction <= 1:
+            raise ValueError(f"abort_fraction must be within [0, 1], got {abort_fraction}")
         self.seed = seed
+        self.abort_fraction = (ABORT_FRACTION if txn else 0.0) if abort_fraction is None else abort_fraction
         self.rng = random.Random(f"keys-{seed}")
         self.txn = txn
         self.sub_via = sub_via
@@ -132,6 +140,9 @@ class QueueGenerator:
             return _invoke(ctx, "crash", None)
         n = rng.randint(1, 4) if self.txn else 1
         value = [self._micro(rng) for _ in range(n)]
+        if self.txn and self.abort_fraction and rng.random() < self.abort_fraction:
+            if any(m[0] == "send" for m in value):  # a read-only transaction has nothing to abort
+                return _invoke(ctx, micro_f(value), value, abort=True)
         return _invoke(ctx, micro_f(value), value)
 
     def _micro(self, rng: random.Random) -> list[Any]:

@@ -159,3 +159,50 @@ def test_corrupt_tail_really_changes_the_tail(tmp_path):
         after = _segment_lines(c, "n1")
         assert after != before and "00000000000000000001.seg" in out
         assert after[:-8] == before[: len(after[:-8])]  # only the tail was touched
+
+
+@pytest.mark.slow
+def test_disk_power_loss_crashes_every_node_and_drops_their_unsynced_tails(tmp_path):
+    with fake_cluster(3, tmp_path, lazyfs=True) as c:
+        fault = DiskFault(c, random.Random(2))
+        assert "power-loss" not in fault.variants  # named only, never drawn at random
+        for n in c.nodes:
+            wait_until(lambda n=n: len(_segment_lines(c, n)) >= 13, what=f"writes on {n}")
+        before = {n: _segment_lines(c, n) for n in c.nodes}
+        desc = fault.start("power-loss")
+        assert desc.startswith("power-loss: ") and desc.count("unsynced writes dropped") == 3
+        assert fault.crashed == c.nodes and not any(c.lifecycle.is_up(n) for n in c.nodes)
+        for n in c.nodes:
+            after = _segment_lines(c, n)
+            # what survives is a prefix of what was written, ending at an fsync (every 5th line)
+            assert after == before[n][: len(after)] or before[n] == after[: len(before[n])]
+            assert len(after) % 5 == 0, (n, len(after))
+        assert fault.stop() == f"started {','.join(c.nodes)}"
+        assert all(c.lifecycle.is_up(n) for n in c.nodes)
+
+
+def test_disk_power_loss_needs_lazyfs(tmp_path):
+    with fake_cluster(1, tmp_path) as c:
+        with pytest.raises(ValueError, match="needs LazyFS"):
+            DiskFault(c, random.Random(0)).start("power-loss")
+        assert c.lifecycle.is_up("n1")  # refused before touching anything
+
+
+@pytest.mark.slow
+def test_stale_leader_isolates_then_restarts_a_quorum_with_the_stale_node(tmp_path):
+    from logquake.nemesis import CHAIN, Net, StaleLeaderFault
+
+    with fake_cluster(3, tmp_path) as c:
+        net = Net(c.hosts, c.addresses, iptables=c.state.iptables)
+        fault = StaleLeaderFault(c, net, random.Random(5), hold=0.5)
+        desc = fault.start("")
+        up = [n for n in c.nodes if c.lifecycle.is_up(n)]
+        assert len(up) == 2 and len(fault.down) == 1 and fault.down[0] not in up
+        stale = desc.split()[0]
+        assert stale in up and "isolated 0.5 s; killed " in desc and "network healed" in desc
+        assert all(CHAIN not in net.rules(n) for n in c.nodes)  # the stale node can reach its voter
+        down = list(fault.down)
+        assert fault.stop() == f"started {down[0]}"
+        assert all(c.lifecycle.is_up(n) for n in c.nodes)
+        fault.heal()
+        assert all(c.lifecycle.is_up(n) for n in c.nodes)

@@ -113,3 +113,29 @@ def test_clients_grudge_cuts_a_minority_from_the_clients_only(nodes, seed):
 def test_unknown_partition_kind():
     with pytest.raises(ValueError, match="unknown partition"):
         make_grudge("everything", NODES, random.Random(0))
+
+
+def test_leader_isolates_the_busiest_leader_against_a_majority():
+    from logquake.nemesis.grudges import busiest_leader, leader
+
+    # n4 leads two partitions, n2 one: n4 alone, the other four keep a majority
+    g = leader(NODES, random.Random(0), current=["n2", "n4", "n4"])
+    assert components(g) == {frozenset({"n4"}), frozenset({"n1", "n2", "n3", "n5"})}
+    assert make_grudge("leader", NODES, random.Random(0), current_leaders=["n4", "n2", "n4"]) == g
+    # a tie is broken by the rng, among the tied leaders only; no leader known: any one node
+    picks = {busiest_leader(NODES, random.Random(s), ["n1", "n3", "n9"]) for s in range(30)}
+    assert picks == {"n1", "n3"}
+    assert sorted(map(len, components(leader(NODES, random.Random(3))))) == [1, 4]
+
+
+def test_leader_is_never_drawn_at_random():
+    from logquake.nemesis import GRUDGES
+
+    assert "leader" not in GRUDGES and "clients" not in GRUDGES
+
+
+def test_fault_families_of_specs():
+    from logquake.nemesis import FAMILIES, fault_families
+
+    assert fault_families(["partition:leader", "kill", "partition", "disk:power-loss"]) == ["partition", "kill", "disk"]
+    assert "stale-leader" in FAMILIES

@@ -136,3 +136,21 @@ def test_each_workers_op_kinds_do_not_depend_on_the_interleaving():
     shuffled = round_robin[:]
     random.Random(0).shuffle(shuffled)
     assert per_worker(round_robin) == per_worker(shuffled)
+
+
+def test_txn_workload_marks_a_tenth_of_sending_transactions_for_abort():
+    ops = _drive(QueueGenerator(seed=5, txn=True), 4000)
+    txns = [o for o in ops if o.f in ("send", "txn")]
+    marked = [o for o in txns if o.get("abort")]
+    assert 0.06 < len(marked) / len(txns) < 0.14, len(marked) / len(txns)
+    # only transactions that write are aborted on purpose; the same seed marks the same ops
+    assert all(o.f in ("send", "txn") for o in ops if o.get("abort"))
+    again = _drive(QueueGenerator(seed=5, txn=True), 4000)
+    assert [o.to_dict() for o in again] == [o.to_dict() for o in ops]
+
+
+def test_no_abort_marks_without_txn_or_with_fraction_zero():
+    assert not any(o.get("abort") for o in _drive(QueueGenerator(seed=5), 2000))
+    assert not any(o.get("abort") for o in _drive(QueueGenerator(seed=5, txn=True, abort_fraction=0.0), 2000))
+    everything = _drive(QueueGenerator(seed=5, txn=True, abort_fraction=1.0), 500)
+    assert all(o.get("abort") for o in everything if o.f in ("send", "txn"))

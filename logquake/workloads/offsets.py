@@ -20,8 +20,8 @@ rebalance ever fences a worker and every rejection is about the offsets themselv
 in the main phase each worker reads or writes a random key; in the drain phase each worker
 reads every key once (again after a read that did not succeed), so a commit lost in the
 faults shows up as a stale final read. `ConfluentOffsetsClient` does the ops through
-librdkafka (`Consumer.commit(offsets=..., asynchronous=False)` and `committed()`), one
-consumer per group, each made on first use.
+librdkafka (`Consumer.commit(offsets=...)`, its outcome awaited for at most `op_timeout` s, and
+`committed()`), one consumer per group, each made on first use.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,6 +227,7 @@ class ConfluentOffsetsClient:
         self.op_timeout = op_timeout
         self._bootstrap = ""
         self._consumers: dict[str, Consumer] = {}
+        self._outcomes: dict[tuple[str, int, int], KafkaError | None] = {}  # on_commit's answers
 
     def open(self, bootstrap_servers: str) -> None:
         self._bootstrap = bootstrap_servers
@@ -235,20 +237,35 @@ class ConfluentOffsetsClient:
         group = self.keys.group(k)
         c = self._consumers.get(group)
         if c is None:
-            c = self._consumers[group] = Consumer(consumer_config(self._bootstrap, group), logger=log)
+            conf = {**consumer_config(self._bootstrap, group), "on_commit": self._on_commit}
+            c = self._consumers[group] = Consumer(conf, logger=log)
         return c
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        # Values are unique per key, so (topic, partition, offset) names the op it answers.
+        for tp in partitions:
+            self._outcomes[(tp.topic, tp.partition, tp.offset)] = tp.error if tp.error is not None else err
 
     def invoke(self, op: Op) -> Op:
         return self._write(op) if op.f == "write" else self._read(op)
 
     def _write(self, op: Op) -> Op:
+        """Commit asynchronously and wait for the outcome at most `op_timeout` s: a
+        synchronous commit has no timeout and waits out a whole outage."""
         k, v = op.value
         topic, p = self.keys.topic_partition(k)
+        c = self._consumer(k)
         try:
-            got = self._consumer(k).commit(offsets=[TopicPartition(topic, p, v)], asynchronous=False)
+            c.commit(offsets=[TopicPartition(topic, p, v)], asynchronous=True)
         except KafkaException as e:
             return complete(op, classify_commit(_error(e)), op.value, error=_err_text(e))
-        err = next((tp.error for tp in got or [] if tp.error is not None), None)
+        deadline = time.monotonic() + self.op_timeout
+        while (topic, p, v) not in self._outcomes:
+            if time.monotonic() > deadline:
+                # The request may still be sent or retried: it can take effect later.
+                return complete(op, INFO, op.value, error="timeout")
+            c.poll(0.05)  # serves on_commit; this consumer has nothing assigned to fetch
+        err = self._outcomes.pop((topic, p, v))
         if err is not None:
             return complete(op, classify_commit(err), op.value, error=_err_text(err))
         return complete(op, OK, [k, v])

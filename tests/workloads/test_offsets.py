@@ -148,13 +148,16 @@ def test_a_committed_offset_lost_makes_the_verdict_invalid(tmp_path):
     recorder = Recorder(HistoryWriter(path), Stats())
     with LocalCluster(n=1, base_dir=tmp_path / "c") as c:
         c.wait_ready(60)
-        client = ConfluentOffsetsClient(keys=KEYS, replication_factor=1)
+        client = ConfluentOffsetsClient(keys=KEYS, replication_factor=1, op_timeout=5.0)
         client.open(c.bootstrap_servers)
         do = _Driver(client, recorder)
         try:
             _await_ok(do, "write", 1, 7)
             assert do("read", 1).value == [1, 7]
             c.kill(1)
+            # No broker: the commit's outcome is unknown after op_timeout, not a hang.
+            unknown = do("write", 2, 1)
+            assert unknown.type == INFO and unknown.get("error") == "timeout", unknown
             shutil.rmtree(c.node_dir(1) / "data")
             c.start(1)
             c.wait_ready(60)

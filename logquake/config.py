@@ -10,7 +10,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     rate              target ops/s over all workers                                  (100)
     concurrency       number of client workers                                       (10)
     nemesis           faults to inject: partition, kill, pause, clock, disk,
-                      packet-loss (list, or comma-separated; empty = none)            ([])
+                      packet-loss, stale-leader, each optionally family:variant
+                      (partition:leader); a list, or comma-separated; empty = none  ([])
     nemesis_interval  mean seconds between fault start/stop flips                    (10)
     txn               queue ops are transactions of 1-4 micro-ops                     (false)
     sub_via           assign | subscribe                                             (assign)
@@ -51,7 +52,7 @@ from logquake.errors import ConfigError
 
 WORKLOADS = ("queue", "pipeline", "offsets")
 BACKENDS = ("lab", "docker", "ssh", "external")
-NEMESES = ("partition", "kill", "pause", "clock", "disk", "packet-loss")
+NEMESES = ("partition", "kill", "pause", "clock", "disk", "packet-loss", "stale-leader")
 SUB_VIA = ("assign", "subscribe")
 CLIENTS = ("confluent", "kafka-python")
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
@@ -184,8 +185,10 @@ def _validate_value(key: str, value: Any) -> Any:
         case "nemesis":
             faults = _as_list(key, value)
             for fault in faults:
-                if fault not in NEMESES:
-                    raise ConfigError(key, f"unknown fault {fault!r}; allowed: {', '.join(NEMESES)}")
+                family, colon, variant = str(fault).partition(":")
+                if family not in NEMESES or (colon and not variant):
+                    raise ConfigError(key, f"unknown fault {fault!r}; allowed: {', '.join(NEMESES)}, "
+                                           "each optionally as family:variant (partition:leader)")
             return tuple(dict.fromkeys(faults))
         case "ignore" | "bootstrap_servers":
             items = _as_list(key, value)

@@ -158,7 +158,7 @@ class _ExternalLifecycle:
         return None  # not ours to stop
 
 
-EXTERNAL_FAULTS = ("partition", "packet-loss", "kill", "pause")
+EXTERNAL_FAULTS = ("partition", "packet-loss", "kill", "pause", "stale-leader")
 
 
 def open_external(cfg: TestConfig, run_dir: Path) -> RemoteCluster:
@@ -169,7 +169,7 @@ def open_external(cfg: TestConfig, run_dir: Path) -> RemoteCluster:
     if cfg.nemesis and not entries:
         raise ConfigError("nemesis", f"faults {', '.join(cfg.nemesis)} need hosts to act through",
                           hint="name the brokers' machines under hosts (type ssh or docker), or drop nemesis")
-    unsupported = [f for f in cfg.nemesis if f not in EXTERNAL_FAULTS]
+    unsupported = [f for f in cfg.nemesis if f.partition(":")[0] not in EXTERNAL_FAULTS]
     if unsupported:
         raise ConfigError("nemesis", f"{', '.join(unsupported)} cannot act on an external cluster; "
                           f"allowed: {', '.join(EXTERNAL_FAULTS)}")

@@ -141,8 +141,9 @@ def _lifecycle(cfg: TestConfig, state: LabState, run_dir: Path, hosts: Mapping[s
     broker = dict(cfg.broker)
     broker.setdefault("default_replication_factor", min(cfg.replication_factor, cfg.nodes))
     broker.setdefault("default_partitions", cfg.partitions)
+    families = {f.partition(":")[0] for f in cfg.nemesis}  # "disk:power-loss" needs LazyFS like "disk"
     return BrokerLifecycle(hosts=hosts, specs=_specs(state, run_dir), python=sys.executable, broker=broker,
-                           faketime="clock" in cfg.nemesis, lazyfs="disk" in cfg.nemesis and fuse_usable())
+                           faketime="clock" in families, lazyfs="disk" in families and fuse_usable())
 
 
 def fuse_usable() -> bool:

@@ -25,6 +25,14 @@ def test_yaml_then_flags(tmp_path) -> None:
     assert cfg.txn is True
 
 
+def test_nemesis_family_variant_specs() -> None:
+    cfg = resolve_config(None, {"nemesis": "partition:leader,disk:power-loss,stale-leader"})
+    assert cfg.nemesis == ("partition:leader", "disk:power-loss", "stale-leader")
+    for bad in ("earthquake:big", "partition:"):
+        with pytest.raises(ConfigError, match="unknown fault"):
+            resolve_config(None, {"nemesis": bad})
+
+
 def test_comma_separated_nemesis_flag() -> None:
     assert resolve_config(None, {"nemesis": "partition,pause"}).nemesis == ("partition", "pause")
     assert resolve_config(None, {"nemesis": "none"}).nemesis == ()

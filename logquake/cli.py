@@ -198,17 +198,24 @@ def test_all(
     test_count: Annotated[int | None, typer.Option(help="Seeded runs per cell (default 1).", min=1)] = None,
     time_limit: Annotated[float | None, typer.Option(help="Seconds of each run's main phase.")] = None,
     results_dir: Annotated[str, typer.Option(help="Where runs and results/test-all/<time>/ go.")] = "results",
+    guarantee: Annotated[
+        list[str] | None,
+        typer.Option("--guarantee", help="Run every cell under each of these delivery guarantee profiles: "
+                                         "at-most-once | at-least-once | exactly-once (repeatable or "
+                                         "comma-separated; replaces the matrix's `guarantees`)."),
+    ] = None,
 ) -> None:
     """Run a matrix of workloads x nemeses x broker modes (docs/unsafe-modes.md).
 
-    Writes index.json and junit.xml under results/test-all/<time>/. Exit 0 every run as
-    expected, 1 a run invalid on the safe broker or an unsafe mode not caught, 2 a run
-    whose verdict is unknown or that could not run.
+    Writes index.json and junit.xml under results/test-all/<time>/ (and profiles.html when
+    the matrix has several guarantee profiles). Exit 0 every run as expected, 1 a run
+    invalid on the safe broker or an unsafe mode not caught, 2 a run whose verdict is
+    unknown or that could not run.
     """
     from logquake.matrix import test_all_with_display
 
     raise typer.Exit(test_all_with_display(config, test_count=test_count, time_limit=time_limit,
-                                           results_dir=results_dir, console=Console()))
+                                           results_dir=results_dir, console=Console(), guarantees=guarantee))
 
 
 @cluster_app.command("up")

@@ -10,6 +10,16 @@ A matrix has two parts (both in the YAML of `--config`, see `DEFAULT_MATRIX`):
 
 Keys of a run's config: `base`, then `time_limit` (top level or `--time-limit`), then the
 workload preset or the unsafe entry's `config` (so a cell that needs a longer run keeps it).
+
+`guarantees` (a list of delivery guarantee profiles, or `--guarantee`) is a further axis:
+every safe cell, and every unsafe one, runs once per profile, named `.../<profile>`. A
+preset or unsafe entry that names its own `guarantee` keeps it (one cell). Combinations
+that cannot mean anything are left out and listed in `Matrix.skipped`: transactions under
+at-most-once (a transactional producer is idempotent), and an unsafe mode whose expected
+anomalies the profile all allows (lost writes under at-most-once are no broken promise);
+an unsafe cell's expectation keeps only the types its profile calls bad. Without the axis
+names stay as they were and each cell runs under its config's (or the default) profile;
+every row records its profile either way.
 Each cell runs `test_count` times with seeds `seed`, `seed+1`, ... The sans-I/O part
 (expansion, verdicts, index and junit rendering) is separate from `run_matrix`, which runs
 the tests one after another through `logquake.runner.run_test`.
@@ -21,7 +31,7 @@ import json
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +41,8 @@ from logquake.config import resolve_config
 from logquake.errors import ConfigError, LogquakeError
 
 __all__ = [
-    "DEFAULT_MATRIX", "Cell", "Matrix", "RunResult", "expand", "judge", "load_matrix", "parse_matrix",
-    "render_junit", "run_matrix", "summarize",
+    "DEFAULT_MATRIX", "Cell", "Matrix", "RunResult", "by_profile", "expand", "judge", "load_matrix",
+    "parse_matrix", "render_junit", "run_matrix", "summarize",
 ]
 
 PASS, FAIL, ERROR, XFAIL = "pass", "fail", "error", "xfail"
@@ -81,6 +91,7 @@ class Cell:
     config: dict[str, Any]  # TestConfig keys, before the seed
     expect: tuple[str, ...] = ()  # empty: must be valid; else any of these anomalies must be bad
     known_gap: str = ""  # why a miss is expected today: reported as xfail, not failing the matrix
+    guarantee: str = ""  # the delivery guarantee profile its runs use (filled in by parse_matrix)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +99,7 @@ class Matrix:
     cells: tuple[Cell, ...]
     test_count: int = 1
     seed: int = 1
+    skipped: tuple[str, ...] = ()  # combinations of the guarantees axis left out, and why
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +116,8 @@ class RunResult:
     run_dir: str = ""
     duration: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
+    guarantee: str = ""
+    processing_counts: dict[str, int] = field(default_factory=dict)  # pipeline runs: {times: inputs}
 
 
 # -- the matrix, sans I/O ----------------------------------------------------------------
@@ -121,31 +135,72 @@ def _nemeses(value: Any, where: str) -> list[str]:
 
 
 def parse_matrix(raw: Mapping[str, Any], *, test_count: int | None = None,
-                 time_limit: float | None = None) -> Matrix:
-    """Expand a matrix mapping (DEFAULT_MATRIX's shape) into validated cells."""
-    unknown = set(raw) - {"test_count", "time_limit", "seed", "base", "safe", "unsafe"}
+                 time_limit: float | None = None, guarantees: list[str] | None = None) -> Matrix:
+    """Expand a matrix mapping (DEFAULT_MATRIX's shape) into validated cells.
+
+    `guarantees` (the `--guarantee` flag) replaces the mapping's own `guarantees` axis.
+    """
+    unknown = set(raw) - {"test_count", "time_limit", "seed", "base", "safe", "unsafe", "guarantees"}
     if unknown:
         raise ConfigError(f"matrix.{sorted(unknown)[0]}", "unknown key; known: test_count, time_limit, seed, "
-                          "base, safe, unsafe")
+                          "base, safe, unsafe, guarantees")
     base = dict(raw.get("base") or {})
     limit = time_limit if time_limit is not None else raw.get("time_limit")
     if limit is not None:
         base["time_limit"] = limit
-    cells = _safe_cells(raw.get("safe") or {}, base) + _unsafe_cells(raw.get("unsafe") or [], base)
+    axis = _guarantees(guarantees if guarantees else raw.get("guarantees"),
+                       "--guarantee" if guarantees else "matrix.guarantees")
+    skipped: list[str] = []
+    cells = (_safe_cells(raw.get("safe") or {}, base, axis, skipped)
+             + _unsafe_cells(raw.get("unsafe") or [], base, axis, skipped))
     if not cells:
-        raise ConfigError("matrix", "no cells: give `safe` workloads x nemeses or `unsafe` modes")
-    for c in cells:
-        try:
-            resolve_config(None, c.config)  # every key and value checked before anything runs
-        except ConfigError as e:
-            raise ConfigError(f"matrix cell {c.name}", str(e), hint=e.hint) from None
+        raise ConfigError("matrix", "no cells: give `safe` workloads x nemeses or `unsafe` modes"
+                          + (f" ({len(skipped)} left out by the guarantees axis)" if skipped else ""))
+    cells = [_resolved(c) for c in cells]
     count = test_count if test_count is not None else int(raw.get("test_count", 1))
     if count < 1:
         raise ConfigError("test_count", f"must be at least 1, got {count}")
-    return Matrix(cells=tuple(cells), test_count=count, seed=int(raw.get("seed", 1)))
+    return Matrix(cells=tuple(cells), test_count=count, seed=int(raw.get("seed", 1)), skipped=tuple(skipped))
 
 
-def _safe_cells(safe: Mapping[str, Any], base: dict[str, Any]) -> list[Cell]:
+def _resolved(c: Cell) -> Cell:
+    """The cell with its profile filled in; every key and value checked before anything runs."""
+    try:
+        cfg = resolve_config(None, c.config)
+    except ConfigError as e:
+        raise ConfigError(f"matrix cell {c.name}", str(e), hint=e.hint) from None
+    return replace(c, guarantee=cfg.guarantee)
+
+
+def _guarantees(value: Any, where: str) -> list[str]:
+    """The guarantees axis: profile names, in order, once each ([] when not given)."""
+    if value is None or value == []:
+        return []
+    from logquake.workloads.profiles import PROFILES
+
+    items = value if isinstance(value, list) else [value]
+    names = [n.strip() for item in items if isinstance(item, str) for n in item.split(",") if n.strip()]
+    bad = [n for n in names if n not in PROFILES] + [str(i) for i in items if not isinstance(i, str)]
+    if bad or not names:
+        raise ConfigError(where, f"expected profiles among {', '.join(PROFILES)}, got {bad[0] if bad else value!r}")
+    return list(dict.fromkeys(names))
+
+
+def _per_profile(name: str, cfg: dict[str, Any], axis: list[str], pinned: bool,
+                 skipped: list[str]) -> list[tuple[str, dict[str, Any], str]]:
+    """(cell name, config, profile) for each profile of the axis this cell runs under."""
+    if not axis or pinned:
+        return [(name, cfg, "")]
+    out = []
+    for g in axis:
+        if g == "at-most-once" and cfg.get("txn"):
+            skipped.append(f"{name}/{g}: transactions make the producer idempotent, which at-most-once excludes")
+            continue
+        out.append((f"{name}/{g}", {**cfg, "guarantee": g, "name": f"{cfg['name']}-{g}"}, g))
+    return out
+
+
+def _safe_cells(safe: Mapping[str, Any], base: dict[str, Any], axis: list[str], skipped: list[str]) -> list[Cell]:
     if not safe:
         return []
     workloads = safe.get("workloads") or {"queue": {}}
@@ -157,11 +212,13 @@ def _safe_cells(safe: Mapping[str, Any], base: dict[str, Any]) -> list[Cell]:
             nems = _nemeses(nem, "matrix.safe.nemeses")
             label = "+".join(nems) or "none"
             cfg = {**base, **(wcfg or {}), "nemesis": nems, "name": f"safe-{wname}-{label}"}
-            cells.append(Cell(name=f"safe/{wname}/{label}", config=cfg))
+            for name, c, _ in _per_profile(f"safe/{wname}/{label}", cfg, axis, "guarantee" in (wcfg or {}),
+                                           skipped):
+                cells.append(Cell(name=name, config=c))
     return cells
 
 
-def _unsafe_cells(unsafe: list[Any], base: dict[str, Any]) -> list[Cell]:
+def _unsafe_cells(unsafe: list[Any], base: dict[str, Any], axis: list[str], skipped: list[str]) -> list[Cell]:
     cells = []
     for i, entry in enumerate(unsafe):
         where = f"matrix.unsafe[{i}]"
@@ -181,9 +238,22 @@ def _unsafe_cells(unsafe: list[Any], base: dict[str, Any]) -> list[Cell]:
         broker["unsafe"] = {**broker.get("unsafe", {}), **mode}
         name = entry.get("name") or f"unsafe/{_mode_name(mode)}/{'+'.join(nems) or 'none'}"
         cfg = {**base, **extra, "nemesis": nems, "broker": broker, "name": name.replace("/", "-")}
-        cells.append(Cell(name=name, config=cfg, expect=tuple(str(x) for x in expect),
-                          known_gap=str(entry.get("known_gap") or "")))
+        for cname, c, g in _per_profile(name, cfg, axis, "guarantee" in extra, skipped):
+            want = _bad_under(g, [str(x) for x in expect])
+            if not want:
+                skipped.append(f"{cname}: {g} allows every expected anomaly ({', '.join(map(str, expect))})")
+                continue
+            cells.append(Cell(name=cname, config=c, expect=tuple(want), known_gap=str(entry.get("known_gap") or "")))
     return cells
+
+
+def _bad_under(guarantee: str, expect: list[str]) -> list[str]:
+    """The expected anomaly types that `guarantee` calls bad (all of them when no axis applies)."""
+    if not guarantee:
+        return expect
+    from logquake.workloads.profiles import PROFILES
+
+    return [a for a in expect if a not in PROFILES[guarantee].allowed]
 
 
 def _mode(raw: Mapping[str, Any], where: str) -> dict[str, str]:
@@ -200,10 +270,11 @@ def _mode(raw: Mapping[str, Any], where: str) -> dict[str, str]:
     return mode
 
 
-def load_matrix(path: Path | None, *, test_count: int | None = None, time_limit: float | None = None) -> Matrix:
+def load_matrix(path: Path | None, *, test_count: int | None = None, time_limit: float | None = None,
+                guarantees: list[str] | None = None) -> Matrix:
     """The matrix of a YAML file, or the default one."""
     if path is None:
-        return parse_matrix(DEFAULT_MATRIX, test_count=test_count, time_limit=time_limit)
+        return parse_matrix(DEFAULT_MATRIX, test_count=test_count, time_limit=time_limit, guarantees=guarantees)
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except OSError as e:
@@ -212,7 +283,7 @@ def load_matrix(path: Path | None, *, test_count: int | None = None, time_limit:
         raise ConfigError("--config", f"{path} is not valid YAML: {e}") from None
     if not isinstance(raw, Mapping):
         raise ConfigError("--config", f"{path} must hold a mapping (test_count, base, safe, unsafe)")
-    return parse_matrix(raw, test_count=test_count, time_limit=time_limit)
+    return parse_matrix(raw, test_count=test_count, time_limit=time_limit, guarantees=guarantees)
 
 
 def expand(matrix: Matrix) -> list[tuple[Cell, int]]:
@@ -227,7 +298,8 @@ def judge(cell: Cell, seed: int, results: Mapping[str, Any], *, run_dir: str = "
     counts = {k: (v.get("count", 0) if isinstance(v, Mapping) else 0)
               for k, v in (results.get("anomalies") or {}).items()}
     common = dict(cell=cell.name, seed=seed, expect=cell.expect, valid=valid, bad=bad, run_dir=run_dir,
-                  duration=duration, counts=counts)
+                  duration=duration, counts=counts, guarantee=cell.guarantee,
+                  processing_counts=_processing(results.get("processing_counts")))
     if valid not in (True, False):
         return RunResult(**common, outcome=ERROR, message=f"verdict unknown: {results.get('error', '')}".strip())
     if not cell.expect:
@@ -246,16 +318,47 @@ def judge(cell: Cell, seed: int, results: Mapping[str, Any], *, run_dir: str = "
                      message=f"invalid with {', '.join(bad)}, but not the expected {' or '.join(cell.expect)}{gap}")
 
 
+def _processing(raw: Any) -> dict[str, int]:
+    """A pipeline run's {times processed: input values}, {} for other runs or odd shapes."""
+    if not isinstance(raw, Mapping):
+        return {}
+    try:
+        return {str(int(k)): int(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        return {}
+
+
 def summarize(runs: list[RunResult]) -> list[dict[str, Any]]:
     """Per cell: runs, passes, fails, errors (in first-seen order) - the recall table."""
     rows: dict[str, dict[str, Any]] = {}
     for r in runs:
-        row = rows.setdefault(r.cell, {"cell": r.cell, "expect": list(r.expect) or ["valid"], "runs": 0,
-                                       PASS: 0, FAIL: 0, ERROR: 0, XFAIL: 0, "anomalies": {}})
+        row = rows.setdefault(r.cell, {"cell": r.cell, "guarantee": r.guarantee, "expect": list(r.expect) or ["valid"],
+                                       "runs": 0, PASS: 0, FAIL: 0, ERROR: 0, XFAIL: 0, "anomalies": {}})
         row["runs"] += 1
         row[r.outcome] += 1
         for a in r.bad:
             row["anomalies"][a] = row["anomalies"].get(a, 0) + 1
+    return list(rows.values())
+
+
+def by_profile(runs: list[RunResult]) -> list[dict[str, Any]]:
+    """Per guarantee profile (first-seen order): outcomes, bad anomalies, and the processing
+    counts of its pipeline runs added up - the comparison of profiles."""
+    rows: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        row = rows.setdefault(r.guarantee, {"guarantee": r.guarantee, "runs": 0, PASS: 0, FAIL: 0, ERROR: 0,
+                                            XFAIL: 0, "anomalies": {}, "pipeline_runs": 0,
+                                            "processing_counts": {}})
+        row["runs"] += 1
+        row[r.outcome] += 1
+        for a, n in r.counts.items():
+            row["anomalies"][a] = row["anomalies"].get(a, 0) + n
+        if r.processing_counts:
+            row["pipeline_runs"] += 1
+            for k, n in r.processing_counts.items():
+                row["processing_counts"][k] = row["processing_counts"].get(k, 0) + n
+    for row in rows.values():
+        row["processing_counts"] = dict(sorted(row["processing_counts"].items(), key=lambda kv: int(kv[0])))
     return list(rows.values())
 
 
@@ -276,7 +379,11 @@ def render_junit(runs: list[RunResult], *, suite: str = "logquake.test-all") -> 
     for r in runs:
         case = ET.SubElement(root, "testcase", classname=f"logquake.{r.cell.replace('/', '.')}",
                              name=f"seed-{r.seed}", time=f"{r.duration:.3f}")
-        detail = json.dumps({"valid": r.valid, "bad": list(r.bad), "counts": r.counts, "run_dir": r.run_dir})
+        if r.guarantee:
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", name="guarantee", value=r.guarantee)
+        detail = json.dumps({"valid": r.valid, "guarantee": r.guarantee, "bad": list(r.bad), "counts": r.counts,
+                             "run_dir": r.run_dir})
         if r.outcome == FAIL:
             ET.SubElement(case, "failure", message=r.message).text = detail
         elif r.outcome == XFAIL:
@@ -292,8 +399,10 @@ def index_json(matrix: Matrix, runs: list[RunResult], *, started: float, done: b
     return {
         "started": started, "done": done, "test_count": matrix.test_count, "seed": matrix.seed,
         "cells": [asdict(c) for c in matrix.cells],
+        "skipped": list(matrix.skipped),
         "runs": [asdict(r) for r in runs],
         "summary": summarize(runs),
+        "profiles": by_profile(runs),
         "exit_code": exit_code(runs),
     }
 
@@ -339,9 +448,14 @@ def run_matrix(matrix: Matrix, out_dir: Path, *, results_dir: str = "results",
 def _write(out_dir: Path, matrix: Matrix, runs: list[RunResult], started: float, *, done: bool) -> None:
     index = out_dir / "index.json"
     tmp = index.with_suffix(".tmp")
-    tmp.write_text(json.dumps(index_json(matrix, runs, started=started, done=done), indent=1, default=str))
+    data = index_json(matrix, runs, started=started, done=done)
+    tmp.write_text(json.dumps(data, indent=1, default=str))
     tmp.replace(index)
     (out_dir / "junit.xml").write_bytes(render_junit(runs))
+    if len(data["profiles"]) > 1:  # several profiles: compare them side by side
+        from logquake.results.profiles import write_profiles_report
+
+        write_profiles_report(out_dir, data)
 
 
 # -- the command line's view --------------------------------------------------------------
@@ -353,11 +467,11 @@ def _table(runs: list[RunResult], current: str, total: int) -> Any:
     from rich.table import Table
 
     t = Table(title=f"test-all: {len(runs)}/{total} runs", title_justify="left")
-    for col in ("cell", "seed", "expect", "valid", "bad anomalies", "result", "s"):
+    for col in ("cell", "guarantee", "seed", "expect", "valid", "bad anomalies", "result", "s"):
         t.add_column(col, justify="right" if col in ("seed", "s") else "left")
     for r in runs:
         s = _STYLE[r.outcome]
-        t.add_row(r.cell, str(r.seed), " | ".join(r.expect) or "valid", str(r.valid).lower(),
+        t.add_row(r.cell, r.guarantee, str(r.seed), " | ".join(r.expect) or "valid", str(r.valid).lower(),
                   ", ".join(r.bad) or "-", f"[{s}]{r.outcome}[/]: {r.message}", f"{r.duration:.0f}")
     if current:
         t.caption = f"running {current}"
@@ -365,11 +479,13 @@ def _table(runs: list[RunResult], current: str, total: int) -> Any:
 
 
 def test_all_with_display(path: Path | None, *, test_count: int | None, time_limit: float | None,
-                          results_dir: str, console: Any) -> int:
+                          results_dir: str, console: Any, guarantees: list[str] | None = None) -> int:
     """Load the matrix, run it under a live table, print the summary; the exit code."""
     from rich.live import Live
 
-    matrix = load_matrix(path, test_count=test_count, time_limit=time_limit)
+    matrix = load_matrix(path, test_count=test_count, time_limit=time_limit, guarantees=guarantees)
+    for why in matrix.skipped:
+        console.print(f"[dim]left out: {why}[/]", highlight=False)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out_dir = Path(results_dir) / "test-all" / stamp
     total = len(expand(matrix))
@@ -383,6 +499,10 @@ def test_all_with_display(path: Path | None, *, test_count: int | None, time_lim
         runs = run_matrix(matrix, out_dir, results_dir=results_dir, on_start=start, on_result=shown.append)
         current[0] = ""
     console.print(_summary_table(summarize(runs)))
+    profiles = by_profile(runs)
+    if len(profiles) > 1:
+        console.print(_profiles_table(profiles))
+        console.print(f"profiles: {out_dir / 'profiles.html'}")
     console.print(f"index: {out_dir / 'index.json'}\njunit: {out_dir / 'junit.xml'}")
     return exit_code(runs)
 
@@ -391,12 +511,27 @@ def _summary_table(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
     t = Table(title="per cell", title_justify="left")
-    for col in ("cell", "expect", "as expected", "fail", "xfail", "error", "bad anomalies seen (runs)"):
+    for col in ("cell", "guarantee", "expect", "as expected", "fail", "xfail", "error", "bad anomalies seen (runs)"):
         t.add_column(col)
     for row in rows:
         ok = f"{row[PASS]}/{row['runs']}"
         colour = "green" if row[PASS] == row["runs"] else "red"
         seen = ", ".join(f"{k} ({v})" for k, v in sorted(row["anomalies"].items())) or "-"
-        t.add_row(row["cell"], " | ".join(row["expect"]), f"[{colour}]{ok}[/]", str(row[FAIL]), str(row[XFAIL]),
-                  str(row[ERROR]), seen)
+        t.add_row(row["cell"], row["guarantee"], " | ".join(row["expect"]), f"[{colour}]{ok}[/]", str(row[FAIL]),
+                  str(row[XFAIL]), str(row[ERROR]), seen)
+    return t
+
+
+def _profiles_table(rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="per guarantee profile", title_justify="left")
+    for col in ("guarantee", "as expected", "fail", "error", "anomalies (count)", "processed 0 / 1 / 2+ times"):
+        t.add_column(col)
+    for row in rows:
+        pc = {int(k): n for k, n in row["processing_counts"].items()}
+        processed = (f"{pc.get(0, 0):,} / {pc.get(1, 0):,} / {sum(n for k, n in pc.items() if k > 1):,}"
+                     if pc else "-")
+        seen = ", ".join(f"{k} ({v:,})" for k, v in sorted(row["anomalies"].items())) or "-"
+        t.add_row(row["guarantee"], f"{row[PASS]}/{row['runs']}", str(row[FAIL]), str(row[ERROR]), seen, processed)
     return t

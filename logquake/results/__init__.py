@@ -14,6 +14,7 @@ _LAZY = {
     "digest_history": "logquake.results.digest",
     "make_server": "logquake.results.serve",
     "scan_runs": "logquake.results.serve",
+    "write_profiles_report": "logquake.results.profiles",
 }
 
 
@@ -23,4 +24,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["digest_history", "load_run", "make_server", "render_report", "scan_runs", "write_report"]
+__all__ = ["digest_history", "load_run", "make_server", "render_report", "scan_runs", "write_profiles_report",
+           "write_report"]

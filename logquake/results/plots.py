@@ -270,3 +270,70 @@ def timeline_figure(d: Digest) -> Figure:
     )
     _shade(fig, d, within=(begin, end))
     return fig
+
+
+# The verdict's colours for a processing count: 1 is the promise; 0 and >1 are bad unless the
+# guarantee allows them (at-most-once may lose, at-least-once may repeat).
+PROCESSING_ALLOWED = {"at-most-once": "lost", "at-least-once": "repeated", "exactly-once": ""}
+PROFILE_COLOURS = {"at-most-once": "#e8890c", "at-least-once": "#1c7ed6", "exactly-once": "#2b8a3e"}
+
+
+def processing_counts(raw: Any) -> dict[int, int] | None:
+    """results.json's `processing_counts` ({"times": inputs}) as ints, if well formed and non-empty."""
+    if not isinstance(raw, dict) or not raw:
+        return None
+    try:
+        out = {int(k): int(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        return None
+    return dict(sorted(out.items())) if all(k >= 0 and v >= 0 for k, v in out.items()) else None
+
+
+def _processing_colour(times: int, guarantee: str) -> str:
+    if times == 1:
+        return OUTCOME_COLOURS["ok"]
+    allowed = PROCESSING_ALLOWED.get(guarantee, "")
+    tolerated = (times == 0 and allowed == "lost") or (times > 1 and allowed == "repeated")
+    return OUTCOME_COLOURS["info"] if tolerated else OUTCOME_COLOURS["fail"]
+
+
+def processing_figure(counts: dict[int, int], guarantee: str) -> Figure:
+    """How many input values were processed 0, 1, 2, ... times, coloured by what the profile allows.
+
+    Every count from 0 to the highest is a bar (zero-height where no value was), so a missing
+    0 bar reads as "nothing lost" rather than as an axis that starts at 1.
+    """
+    xs = list(range(0, max(max(counts), 1) + 1))
+    total = sum(counts.values()) or 1
+    ys = [counts.get(x, 0) for x in xs]
+    trace = {
+        "type": "bar", "x": xs, "y": ys, "name": guarantee,
+        "marker": {"color": [_processing_colour(x, guarantee) for x in xs]},
+        "text": [f"{y:,}" if y else "" for y in ys], "textposition": "outside",
+        "customdata": [round(100 * y / total, 2) for y in ys],
+        "hovertemplate": "processed %{x} times: %{y:,} input values (%{customdata}%)<extra></extra>",
+    }
+    return _figure([trace], f"Processing counts per input value · guarantee {guarantee}",
+                   "input values", height=360, showlegend=False,
+                   xaxis={"title": {"text": "times processed into the output"}, "tickmode": "linear", "dtick": 1},
+                   yaxis={"rangemode": "tozero"})
+
+
+def profiles_figure(by_profile: dict[str, dict[int, int]]) -> Figure:
+    """Processing-count distributions of several guarantee profiles side by side, as shares
+    of each profile's input values (runs differ in length); hover gives the counts."""
+    highest = max((max(c) for c in by_profile.values() if c), default=1)
+    xs = list(range(0, max(highest, 1) + 1))
+    traces = []
+    for i, (guarantee, counts) in enumerate(by_profile.items()):
+        total = sum(counts.values()) or 1
+        ys = [counts.get(x, 0) for x in xs]
+        traces.append({
+            "type": "bar", "x": xs, "y": [100 * y / total for y in ys], "name": f"{guarantee} ({total:,} inputs)",
+            "customdata": ys, "marker": {"color": PROFILE_COLOURS.get(guarantee, FAULT_COLOURS[i % len(FAULT_COLOURS)])},
+            "hovertemplate": f"{guarantee}: processed %{{x}} times: %{{customdata:,}} values (%{{y:.2f}}%)"
+                             "<extra></extra>",
+        })
+    return _figure(traces, "Processing counts per input value, by guarantee profile", "share of input values (%)",
+                   barmode="group", height=400,
+                   xaxis={"title": {"text": "times processed into the output"}, "tickmode": "linear", "dtick": 1})

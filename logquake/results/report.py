@@ -274,6 +274,44 @@ def _err_marks(anomalies: dict[str, dict[str, Any]]) -> dict[Any, tuple[set[Any]
     return marks
 
 
+@dataclass(frozen=True, kw_only=True)
+class Processing:
+    """The pipeline checker's processing-count distribution, labelled with the run's profile."""
+
+    guarantee: str
+    inputs: int
+    rows: list[tuple[int, int, float, str]]  # times processed, input values, % of inputs, verdict
+
+
+def run_guarantee(files: RunFiles) -> str:
+    """The guarantee profile the run was checked under: results.json's, else test.json's."""
+    profile = files.test.get("profile") if isinstance(files.test.get("profile"), dict) else {}
+    for src in ((files.results or {}).get("guarantee"), files.test.get("guarantee"), profile.get("guarantee")):
+        if isinstance(src, str) and src:
+            return src
+    return "not recorded"
+
+
+def processing_of(files: RunFiles) -> Processing | None:
+    """None unless results.json holds a pipeline run's `processing_counts`."""
+    counts = plots.processing_counts((files.results or {}).get("processing_counts"))
+    if counts is None:
+        return None
+    guarantee = run_guarantee(files)
+    total = sum(counts.values())
+    allowed = plots.PROCESSING_ALLOWED.get(guarantee, "")
+    rows = []
+    for times, n in counts.items():
+        if times == 1:
+            verdict = "the promise"
+        elif (times == 0 and allowed == "lost") or (times > 1 and allowed == "repeated"):
+            verdict = f"allowed by {guarantee}"
+        else:
+            verdict = "bad" if n else "-"
+        rows.append((times, n, 100 * n / total if total else 0.0, verdict))
+    return Processing(guarantee=guarantee, inputs=total, rows=rows)
+
+
 HIDDEN_PARAMS = ("seed", "start_time", "run_dir", "config")
 
 
@@ -363,6 +401,10 @@ def render_report(files: RunFiles, d: Digest) -> str:
     }
     if d.timeline:
         figures["timeline"] = plots.timeline_figure(d)
+    processing = processing_of(files)
+    if processing is not None:
+        figures["processing"] = plots.processing_figure(
+            plots.processing_counts(results["processing_counts"]) or {}, processing.guarantee)
     informational = {k: v for k, v in results.items()
                      if k not in ("valid", "bad_error_types", "error_types", "anomalies", "unseen_over_time")}
     headers, rows = op_count_rows(d)
@@ -379,7 +421,7 @@ def render_report(files: RunFiles, d: Digest) -> str:
         timeline_count=len(d.timeline), timeline_cap=TIMELINE_OPS, window=d.timeline_window,
         informational=json.dumps(informational, indent=2, default=str)[:20_000],
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), plotly_js=get_plotlyjs(),
-        ns=plots.NS,
+        ns=plots.NS, processing=processing,
     )
 
 

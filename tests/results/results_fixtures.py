@@ -233,3 +233,25 @@ def make_run_dir(
     (run / "nodes" / "n1" / "broker.log").write_text("broker n1 up\n")
     (run / "junit.xml").write_text("<testsuite/>\n")
     return run
+
+
+# Real pipeline runs (`logquake run` with workload: pipeline, 3 lab nodes, kill+partition
+# every ~3 s, 20 s, seed 21; one run per guarantee profile, 2026-11-29), kept as their
+# test.json, results.json and gzipped history.jsonl. The at-least-once run processed 5 of
+# its 383 input values twice (allowed there); the others processed every value once.
+PIPELINE_DATA = Path(__file__).parent / "data" / "pipeline"
+PIPELINE_PROFILES = ("at-most-once", "at-least-once", "exactly-once")
+
+
+def pipeline_run_dir(root: Path, guarantee: str, *, results: dict[str, Any] | None = None) -> Path:
+    """A run directory rebuilt from a real pipeline run's files (results.json replaced if given)."""
+    import gzip
+
+    src = PIPELINE_DATA / guarantee
+    test = json.loads((src / "test.json").read_text())
+    run = root / test["name"] / str(test.get("run_dir", "run")).rsplit("/", 1)[-1]
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "test.json").write_text((src / "test.json").read_text())
+    (run / "results.json").write_text(json.dumps(results) if results is not None else (src / "results.json").read_text())
+    (run / "history.jsonl").write_bytes(gzip.decompress((src / "history.jsonl.gz").read_bytes()))
+    return run

@@ -12,7 +12,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from results_fixtures import checked, invalid_ops, invalid_results, make_run_dir, write_synth_history
+from results_fixtures import (
+    PIPELINE_PROFILES,
+    checked,
+    invalid_ops,
+    invalid_results,
+    make_run_dir,
+    pipeline_run_dir,
+    write_synth_history,
+)
 
 from logquake.history import load_history
 from logquake.results.report import write_report
@@ -37,7 +45,7 @@ def browser():
             b.close()
 
 
-def open_report(browser, report: Path):
+def open_report(browser, report: Path, plots=PLOTS):
     """The loaded page, plus the console errors and non-file requests seen while loading."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     problems: list[str] = []
@@ -47,7 +55,7 @@ def open_report(browser, report: Path):
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:", "blob:")) else None)
     page.goto(report.as_uri(), wait_until="load", timeout=120_000)
-    for plot in PLOTS:
+    for plot in plots:
         page.wait_for_selector(f"#plot-{plot} .main-svg", timeout=120_000)
     page.add_style_tag(content="nav { position: static !important; }")  # keep it out of element shots
     return page, problems, requests
@@ -99,5 +107,53 @@ def test_large_report_renders_in_chromium(browser, tmp_path: Path) -> None:
         n_points = page.evaluate(
             "() => document.getElementById('plot-latency').data.reduce((n, t) => n + t.x.length, 0)")
         assert 1000 < n_points <= 15_000
+    finally:
+        page.close()
+
+
+def test_pipeline_report_draws_the_processing_counts_in_chromium(browser, tmp_path: Path) -> None:
+    run = pipeline_run_dir(tmp_path, "at-least-once")
+    counts = json.loads((run / "results.json").read_text())["processing_counts"]
+    page, problems, requests = open_report(browser, write_report(run), plots=(*PLOTS, "processing"))
+    try:
+        shot(page, "#processing", tmp_path / "processing.png")
+        print(f"screenshots in {tmp_path}")
+        assert problems == [] and requests == []
+        assert page.locator("#processing h2").inner_text() == "Processing counts · guarantee at-least-once"
+        # one bar per count from 0 to the highest; the drawn heights follow the counts
+        bars = page.locator("#plot-processing .barlayer .point")
+        assert bars.count() == max(int(k) for k in counts) + 1
+        heights = [bars.nth(i).bounding_box()["height"] for i in range(bars.count())]
+        assert heights[1] > heights[2] > 0 and int(counts["1"]) > int(counts["2"])
+        assert "at-least-once" in page.locator("#plot-processing .gtitle").text_content()
+    finally:
+        page.close()
+
+
+def test_profiles_page_compares_the_profiles_in_chromium(browser, tmp_path: Path) -> None:
+    from logquake.matrix import Cell, by_profile, judge
+    from logquake.results.profiles import write_profiles_report
+
+    runs = []
+    for g in PIPELINE_PROFILES:
+        run = pipeline_run_dir(tmp_path / "runs", g)
+        results = json.loads((run / "results.json").read_text())
+        runs.append(judge(Cell(name=f"safe/pipeline/kill+partition/{g}", config={}, guarantee=g), 21, results,
+                          run_dir=str(run)))
+    out = write_profiles_report(tmp_path, {"done": True, "profiles": by_profile(runs)})
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        page.goto(out.as_uri(), wait_until="load", timeout=120_000)
+        page.wait_for_selector("#plot-profiles .main-svg", timeout=120_000)
+        page.screenshot(path=str(tmp_path / "profiles.png"), full_page=True, timeout=120_000)
+        print(f"screenshot in {tmp_path}")
+        assert problems == []
+        assert page.locator("#plot-profiles .barlayer .trace").count() == 3
+        assert page.locator("#profiles-table tr[data-guarantee]").count() == 3
+        legend = page.locator("#plot-profiles .legend").text_content()
+        assert all(g in legend for g in PIPELINE_PROFILES)
     finally:
         page.close()

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 from results_fixtures import (
+    PIPELINE_PROFILES,
     checked,
     invalid_ops,
     invalid_results,
     legacy_results,
     make_run_dir,
+    pipeline_run_dir,
     synth_history,
     valid_ops,
     valid_results,
@@ -232,3 +234,86 @@ def test_write_report_replaces_the_file_atomically(tmp_path: Path) -> None:
     write_report(run)
     assert (run / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert not list(run.glob("*.tmp"))
+
+
+# --- pipeline runs: the processing-count distribution, per guarantee profile ---------------
+
+
+def plot_data(html: str, div_id: str) -> list[dict]:
+    """The traces plotly is given for one figure (the JSON after the div's newPlot call)."""
+    call = re.compile(rf'Plotly\.newPlot\(\s*"{re.escape(div_id)}",\s*')
+    m = call.search(html, html.index(f'id="{div_id}"'))
+    return json.JSONDecoder().raw_decode(html, m.end())[0]
+
+
+@pytest.mark.parametrize("guarantee", PIPELINE_PROFILES)
+def test_pipeline_report_plots_the_processing_counts_labelled_with_the_profile(tmp_path, guarantee) -> None:
+    run = pipeline_run_dir(tmp_path, guarantee)
+    results = json.loads((run / "results.json").read_text())
+    assert json.loads((run / "test.json").read_text())["guarantee"] == guarantee == results["guarantee"]
+    html = write_report(run).read_text()
+    sec = section(html, "processing")
+    assert f'data-guarantee="{guarantee}"' in sec and f"Processing counts · guarantee {guarantee}" in sec
+    assert 'href="#processing"' in html
+    table = sec[sec.index('id="processing-counts"'):sec.index("</table>")]
+    for times, n in results["processing_counts"].items():
+        assert re.findall(r"[\d,]+", cell(table, times).replace(",", ""))[0] == str(n)
+    assert re.findall(r"\d+", cell(table, "all"))[0] == str(results["inputs"])
+    [trace] = plot_data(html, "plot-processing")
+    highest = max(int(k) for k in results["processing_counts"])
+    assert trace["x"] == list(range(max(highest, 1) + 1))
+    assert trace["y"] == [results["processing_counts"].get(str(x), 0) for x in trace["x"]]
+    assert trace["marker"]["color"][1] == plots.OUTCOME_COLOURS["ok"]
+    assert f"guarantee {guarantee}" in html[html.index('id="plot-processing"'):][:20_000]
+
+
+def test_at_least_once_repeats_are_allowed_there_and_bad_under_exactly_once(tmp_path) -> None:
+    from logquake.checker.pipeline import check_pipeline
+
+    run = pipeline_run_dir(tmp_path / "alo", "at-least-once")
+    stored = json.loads((run / "results.json").read_text())
+    assert stored["processing_counts"].get("2", 0) > 0, "the recorded run processed some values twice"
+    html = write_report(run).read_text()
+    row = cell(section(html, "processing"), "2")
+    assert "allowed by at-least-once" in row and "bad" not in row
+    assert plot_data(html, "plot-processing")[0]["marker"]["color"][2] == plots.OUTCOME_COLOURS["info"]
+
+    # The same history, checked as if the user had asked for exactly-once: the repeats break it.
+    strict = check_pipeline(load_history(run / "history.jsonl"), guarantee="exactly-once")
+    assert strict["valid"] is False and strict["processing_counts"] == stored["processing_counts"]
+    run = pipeline_run_dir(tmp_path / "eo", "at-least-once", results=strict)
+    html = write_report(run).read_text()
+    sec = section(html, "processing")
+    assert 'data-guarantee="exactly-once"' in sec and cell(sec, "2").split()[-1] == "bad"
+    assert re.search(r"<th>2</th>.*?<span class=\"pill bad\">bad</span>", sec, re.S)
+    assert plot_data(html, "plot-processing")[0]["marker"]["color"][2] == plots.OUTCOME_COLOURS["fail"]
+    assert 'data-verdict="invalid"' in html and 'id="anomaly-double-processing"' in html
+
+
+def test_stored_pipeline_results_agree_with_the_checker_on_the_stored_history(tmp_path) -> None:
+    from logquake.checker.pipeline import check_pipeline
+
+    for guarantee in PIPELINE_PROFILES:
+        run = pipeline_run_dir(tmp_path, guarantee)
+        again = check_pipeline(load_history(run / "history.jsonl"), guarantee=guarantee)
+        assert again == json.loads((run / "results.json").read_text()), guarantee
+
+
+def test_runs_without_processing_counts_have_no_processing_section(tmp_path, invalid_report) -> None:
+    assert 'id="processing"' not in invalid_report and 'href="#processing"' not in invalid_report
+    for odd in ({}, {"1": "many"}, {"-1": 3}, ["1", 2], None):
+        results = {**valid_results(), "processing_counts": odd}
+        html = write_report(make_run_dir(tmp_path, valid_ops(), results, start=f"odd-{len(str(odd))}")).read_text()
+        assert 'id="processing"' not in html, odd
+    # not analysed: no results, so no distribution, whatever the workload
+    run = pipeline_run_dir(tmp_path / "na", "exactly-once")
+    (run / "results.json").unlink()
+    assert 'id="processing"' not in write_report(run).read_text()
+
+
+def test_the_profile_label_falls_back_to_test_json(tmp_path) -> None:
+    run = pipeline_run_dir(tmp_path, "at-most-once")
+    results = json.loads((run / "results.json").read_text())
+    del results["guarantee"]
+    (run / "results.json").write_text(json.dumps(results))
+    assert 'data-guarantee="at-most-once"' in write_report(run).read_text()

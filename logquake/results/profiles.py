@@ -1,0 +1,69 @@
+"""profiles.html: a test-all matrix's guarantee profiles side by side.
+
+`write_profiles_report(out_dir, index)` renders the `profiles` rows of a matrix's index.json
+(logquake.matrix.by_profile): per profile its runs and outcomes, the bad anomaly types its
+runs showed, and, where it ran the pipeline workload, the processing-count distribution
+added up over those runs, drawn as grouped bars (shares of each profile's input values,
+since runs differ in length). Written only for a matrix of several profiles; one file,
+plotly inlined, like report.html.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from logquake.results import plots
+
+PROFILES_FILE = "profiles.html"
+
+
+@cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("logquake.results", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True,
+    )
+    env.filters["num"] = lambda n: f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else n
+    return env.get_template("profiles.html.j2")
+
+
+def _row(p: dict[str, Any]) -> dict[str, Any]:
+    counts = plots.processing_counts(p.get("processing_counts")) or {}
+    total = sum(counts.values())
+    anomalies = p.get("anomalies") if isinstance(p.get("anomalies"), dict) else {}
+    return {
+        "guarantee": str(p.get("guarantee") or "not recorded"), "runs": p.get("runs", 0),
+        "as_expected": p.get("pass", 0), "fail": p.get("fail", 0), "xfail": p.get("xfail", 0),
+        "error": p.get("error", 0), "anomalies": sorted(anomalies.items()),
+        "pipeline_runs": p.get("pipeline_runs", 0), "inputs": total,
+        "shares": [(k, n, 100 * n / total) for k, n in counts.items()] if total else [],
+        "zero": counts.get(0, 0), "once": counts.get(1, 0), "more": sum(n for k, n in counts.items() if k > 1),
+    }
+
+
+def render_profiles(index: dict[str, Any], *, title: str = "test-all") -> str:
+    rows = [_row(p) for p in index.get("profiles") or [] if isinstance(p, dict)]
+    counts = {r["guarantee"]: dict((k, n) for k, n, _ in r["shares"]) for r in rows if r["shares"]}
+    figure = None
+    if counts:
+        figure = pio.to_html(plots.profiles_figure(counts), full_html=False, include_plotlyjs=False,
+                             div_id="plot-profiles", validate=False,
+                             config={"displaylogo": False, "responsive": True})
+    return _template().render(title=title, rows=rows, figure=figure, done=bool(index.get("done")),
+                              skipped=index.get("skipped") or [], plotly_js=get_plotlyjs())
+
+
+def write_profiles_report(out_dir: Path, index: dict[str, Any]) -> Path:
+    """Write out_dir/profiles.html (atomically) and return its path."""
+    target = Path(out_dir) / PROFILES_FILE
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(render_profiles(index, title=f"test-all {Path(out_dir).name}"), encoding="utf-8")
+    tmp.replace(target)
+    return target

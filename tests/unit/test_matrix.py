@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ from logquake.errors import ConfigError
 from logquake.matrix import (
     DEFAULT_MATRIX,
     Cell,
+    by_profile,
     exit_code,
     expand,
     judge,
@@ -166,3 +168,134 @@ def test_yaml_off_is_the_dedup_mode_not_false():
     m = parse_matrix(yaml.safe_load("unsafe:\n  - {mode: {dedup: off}, nemesis: partition, expect: [duplicate]}\n"))
     assert m.cells[0].name == "unsafe/dedup-off/partition"
     assert m.cells[0].config["broker"]["unsafe"] == {"dedup": "off"}
+
+
+# --- the guarantees axis -------------------------------------------------------------------
+
+PIPELINE_DATA = Path(__file__).resolve().parent.parent / "results" / "data" / "pipeline"
+AXIS_RAW = {
+    "guarantees": ["at-most-once", "at-least-once", "exactly-once"],
+    "safe": {"workloads": {"queue": {}, "txn": {"txn": True}, "pipeline": {"workload": "pipeline"},
+                           "eo": {"guarantee": "exactly-once"}},
+             "nemeses": ["kill"]},
+    "unsafe": [{"mode": {"ack": "early"}, "nemesis": "partition", "expect": ["lost-write", "unseen"]},
+               {"mode": {"election": "unclean"}, "nemesis": "partition",
+                "expect": ["lost-write", "inconsistent-offsets"]},
+               {"mode": {"dedup": "off"}, "nemesis": "partition", "expect": ["duplicate"],
+                "config": {"guarantee": "exactly-once"}}],
+}
+
+
+def test_the_guarantees_axis_runs_each_cell_under_each_profile_and_labels_it():
+    m = parse_matrix(AXIS_RAW)
+    by_name = {c.name: c for c in m.cells}
+    for g in ("at-most-once", "at-least-once", "exactly-once"):
+        for w in ("queue", "pipeline"):
+            c = by_name[f"safe/{w}/kill/{g}"]
+            assert c.guarantee == c.config["guarantee"] == g and c.config["name"] == f"safe-{w}-kill-{g}"
+    # a preset or an unsafe entry naming its own profile keeps it: one cell
+    assert by_name["safe/eo/kill"].guarantee == "exactly-once" and "safe/eo/kill/at-most-once" not in by_name
+    assert by_name["unsafe/dedup-off/partition"].guarantee == "exactly-once"
+    # impossible or meaningless combinations are left out, each with its reason
+    assert "safe/txn/kill/at-most-once" not in by_name and "safe/txn/kill/exactly-once" in by_name
+    assert any(s.startswith("safe/txn/kill/at-most-once: transactions") for s in m.skipped)
+    # an unsafe cell expects only what its profile calls bad
+    assert by_name["unsafe/ack-early/partition/exactly-once"].expect == ("lost-write", "unseen")
+    assert "unsafe/ack-early/partition/at-most-once" not in by_name
+    assert any("ack-early/partition/at-most-once: at-most-once allows every expected anomaly" in s
+               for s in m.skipped)
+    assert by_name["unsafe/election-unclean/partition/at-most-once"].expect == ("inconsistent-offsets",)
+    assert len(m.cells) == 3 * 2 + 2 + 1 + 2 + 3 + 1 and len(m.skipped) == 2
+
+
+def test_every_cell_of_the_default_matrix_under_every_profile_is_a_config_the_runner_accepts():
+    from logquake.config import resolve_config
+    from logquake.workloads.profiles import apply_profile
+
+    m = load_matrix(None, guarantees=["at-most-once", "at-least-once", "exactly-once"])
+    for c in m.cells:
+        cfg = apply_profile(resolve_config(None, c.config))  # raises ConfigError for a bad pairing
+        assert cfg.guarantee == c.guarantee, c.name
+    assert {c.guarantee for c in m.cells} == {"at-most-once", "at-least-once", "exactly-once"}
+
+
+def test_without_the_axis_names_stay_and_rows_still_carry_their_profile():
+    m = load_matrix(None)
+    assert all(c.name.count("/") == 2 for c in m.cells) and m.skipped == ()
+    assert {c.guarantee for c in m.cells if "dedup" not in c.name} == {"at-least-once"}
+    assert next(c for c in m.cells if "dedup" in c.name).guarantee == "exactly-once"
+
+
+def test_the_flag_replaces_the_files_axis_and_takes_commas():
+    m = parse_matrix(AXIS_RAW, guarantees=["exactly-once,at-least-once", "exactly-once"])
+    assert {c.guarantee for c in m.cells} == {"exactly-once", "at-least-once"}
+    assert [c.name for c in m.cells][:2] == ["safe/queue/kill/exactly-once", "safe/queue/kill/at-least-once"]
+
+
+@pytest.mark.parametrize("raw, flag, key", [
+    ({"guarantees": ["exactly-twice"], "safe": {}}, None, "matrix.guarantees"),
+    ({"guarantees": [1], "safe": {}}, None, "matrix.guarantees"),
+    ({"safe": {"nemeses": ["none"]}}, ["at-most-once", "maybe-once"], "--guarantee"),
+    ({"safe": {"workloads": {"txn": {"txn": True}}}}, ["at-most-once"], "matrix"),
+])
+def test_bad_guarantees_name_the_key(raw, flag, key):
+    with pytest.raises(ConfigError) as e:
+        parse_matrix(raw, guarantees=flag)
+    assert e.value.key == key
+
+
+def _pipeline_results(g):
+    return json.loads((PIPELINE_DATA / g / "results.json").read_text())
+
+
+def test_rows_junit_and_index_carry_the_profile_and_compare_profiles(tmp_path):
+    m = parse_matrix({"guarantees": ["at-least-once", "exactly-once"],
+                      "safe": {"workloads": {"pipeline": {"workload": "pipeline"}}, "nemeses": ["kill"]}})
+    calls = []
+
+    def run(config):  # the real results.json of a pipeline run under the asked profile
+        calls.append(config)
+        return _pipeline_results(config["guarantee"]), f"/runs/{config['guarantee']}"
+
+    runs = run_matrix(m, tmp_path / "out", results_dir=str(tmp_path / "r"), run=run)
+    assert [c["guarantee"] for c in calls] == ["at-least-once", "exactly-once"]
+    assert [(r.guarantee, r.outcome) for r in runs] == [("at-least-once", "pass"), ("exactly-once", "pass")]
+    assert runs[0].processing_counts == _pipeline_results("at-least-once")["processing_counts"]
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert [r["guarantee"] for r in index["runs"]] == ["at-least-once", "exactly-once"]
+    assert [row["guarantee"] for row in index["summary"]] == ["at-least-once", "exactly-once"]
+    alo, eo = index["profiles"]
+    assert alo["guarantee"] == "at-least-once" and alo["pipeline_runs"] == 1
+    assert alo["processing_counts"] == _pipeline_results("at-least-once")["processing_counts"]
+    assert alo["anomalies"] == {"double-processing": 5} and eo["anomalies"] == {}
+    cases = ET.parse(tmp_path / "out" / "junit.xml").getroot().findall("testcase")
+    assert [c.get("classname") for c in cases] == ["logquake.safe.pipeline.kill.at-least-once",
+                                                    "logquake.safe.pipeline.kill.exactly-once"]
+    assert [c.find("properties/property[@name='guarantee']").get("value") for c in cases] == \
+        ["at-least-once", "exactly-once"]
+    html = (tmp_path / "out" / "profiles.html").read_text()
+    assert 'id="plot-profiles"' in html and 'data-guarantee="exactly-once"' in html
+
+
+def test_by_profile_adds_up_processing_counts_over_runs():
+    cell = Cell(name="safe/pipeline/kill/at-least-once", config={}, guarantee="at-least-once")
+    res = _pipeline_results("at-least-once")
+    rows = by_profile([judge(cell, 1, res), judge(cell, 2, res), judge(SAFE, 1, _res(True))])
+    assert rows[0]["runs"] == 2 and rows[0]["pipeline_runs"] == 2
+    assert rows[0]["processing_counts"] == {k: 2 * v for k, v in res["processing_counts"].items()}
+    assert rows[1]["guarantee"] == "" and rows[1]["processing_counts"] == {}
+
+
+def test_a_single_profile_matrix_writes_no_profiles_page(tmp_path):
+    m = parse_matrix({"safe": {"nemeses": ["none"]}})
+    run_matrix(m, tmp_path, run=lambda config: (_res(True), "/runs/1"))
+    assert (tmp_path / "index.json").is_file() and not (tmp_path / "profiles.html").exists()
+
+
+def test_cli_rejects_an_unknown_guarantee_without_running_anything(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "logquake", "test-all", "--guarantee", "exactly-twice",
+                        "--results-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=120,
+                       check=False)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "--guarantee" in p.stderr and "exactly-twice" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "r").exists()

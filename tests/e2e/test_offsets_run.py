@@ -1,0 +1,52 @@
+"""`logquake run --workload offsets` end to end: real lab brokers, real clients, real faults.
+
+Committed consumer-group offsets are registers; each run must be linearizable under the
+register model with no faults, with kills and with partitions. Slow: ~20 s of ops each.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import requires_root_or_userns
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+
+def _run(tmp_path: Path, *flags: str) -> tuple[int, Path, dict, str]:
+    requires_root_or_userns()
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "logquake", "run", "--workload", "offsets", "--results-dir", str(results),
+           "--nodes", "3", "--time-limit", "20", "--rate", "50", "--concurrency", "5", "--seed", "7", *flags]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+    out = p.stdout + p.stderr
+    latest = results / "latest"
+    assert latest.exists(), f"no run directory; output:\n{out}"
+    run_dir = latest.resolve()
+    res = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else {}
+    return p.returncode, run_dir, res, out
+
+
+@pytest.mark.parametrize("fault", [None, "kill", "partition"])
+def test_an_offsets_run_is_linearizable(tmp_path, fault):
+    flags = ("--nemesis", fault, "--nemesis-interval", "4") if fault else ()
+    code, run_dir, res, out = _run(tmp_path, *flags)
+    assert res.get("valid") is True, f"{json.dumps(res, indent=1)[:3000]}\n{out[-3000:]}"
+    assert code == 0, out
+    assert run_dir.parent.name == "offsets"  # the default test name is the workload
+    lin = res["linear"]
+    assert lin["model"] == "register" and lin["keys"] == 6 and lin["unknown_key_count"] == 0, lin
+    assert res["offsets"]["keys"]["5"] == "lq-offsets-2 lq-offsets/1"
+    ops = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    client = [o for o in ops if o["process"] != "nemesis"]
+    ok_writes = [o for o in client if o["type"] == "ok" and o["f"] == "write"]
+    reads_of_writes = [o for o in client if o["type"] == "ok" and o["f"] == "read" and o["value"][1] is not None]
+    assert len(ok_writes) > 50 and len(reads_of_writes) > 50, (len(ok_writes), len(reads_of_writes))
+    if fault:
+        assert any(o["f"] == f"start-{fault}" for o in ops if o["process"] == "nemesis"), "no fault started"
+    assert (run_dir / "report.html").is_file() and (run_dir / "junit.xml").is_file()

@@ -19,9 +19,10 @@ rebalance ever fences a worker and every rejection is about the offsets themselv
 `OffsetsGenerator` is pure (`op(ctx)` / `update(ctx, event)`), like the queue generator:
 in the main phase each worker reads or writes a random key; in the drain phase each worker
 reads every key once (again after a read that did not succeed), so a commit lost in the
-faults shows up as a stale final read. `ConfluentOffsetsClient` does the ops through
+faults shows up as a stale final read. `ConfluentOffsetsClient` (the default) does the ops through
 librdkafka (`Consumer.commit(offsets=...)`, its outcome awaited for at most `op_timeout` s, and
-`committed()`), one consumer per group, each made on first use.
+`committed()`), one consumer per group, each made on first use; `KafkaPythonOffsetsClient`
+the same through kafka-python (`client: kafka-python`).
 """
 
 from __future__ import annotations
@@ -294,6 +295,91 @@ class ConfluentOffsetsClient:
                 pass
 
 
+# -- the kafka-python client ----------------------------------------------------------------
+
+
+def _kafka_python_fail() -> dict[type[BaseException], str]:
+    """kafka-python's counterpart of `_FAIL` (its errors, raised from commit())."""
+    import kafka.errors as kerr
+
+    return {
+        # Raised for ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID and REBALANCE_IN_PROGRESS answers,
+        # and when the consumer is in no generation: checked before any append.
+        kerr.CommitFailedError: "membership check, before the append",
+        kerr.FencedInstanceIdError: "membership check, before the append",
+        kerr.OffsetMetadataTooLargeError: "validated before the append",
+        kerr.InvalidCommitOffsetSizeError: "the offsets batch was refused whole",
+        kerr.InvalidGroupIdError: "validated before the append",
+        kerr.GroupAuthorizationFailedError: "refused before the append",
+        kerr.TopicAuthorizationFailedError: "refused before the append",
+        kerr.UnknownTopicOrPartitionError: "no such partition, refused before the append",
+    }
+
+
+class KafkaPythonOffsetsClient:
+    """The same ops through kafka-python's `KafkaConsumer.commit()` / `committed()`.
+
+    kafka-python retries a retriable commit error (NOT_COORDINATOR, timeouts) itself within
+    `timeout_ms`; what it raises after that is classified like librdkafka's errors. (Both
+    libraries retry inside one call, so an earlier attempt may have landed before a later
+    one is refused; a standalone commit to an existing topic never meets the refusals, so
+    no `fail` here hides a write.)
+    """
+
+    def __init__(self, *, keys: OffsetKeys | None = None, replication_factor: int = 3,
+                 op_timeout: float = 10.0) -> None:
+        self.keys = keys or OffsetKeys()
+        self.replication_factor = replication_factor
+        self.op_timeout = op_timeout
+        self._bootstrap = ""
+        self._consumers: dict[str, Any] = {}
+        self._fail = _kafka_python_fail()
+
+    def open(self, bootstrap_servers: str) -> None:
+        self._bootstrap = bootstrap_servers
+        ensure_topic(bootstrap_servers, self.keys, replication_factor=self.replication_factor)
+
+    def _consumer(self, k: int) -> Any:
+        from kafka import KafkaConsumer
+
+        group = self.keys.group(k)
+        c = self._consumers.get(group)
+        if c is None:
+            c = self._consumers[group] = KafkaConsumer(
+                bootstrap_servers=self._bootstrap.split(","), group_id=group, enable_auto_commit=False,
+                request_timeout_ms=int(self.op_timeout * 1000), reconnect_backoff_max_ms=1_000)
+        return c
+
+    def invoke(self, op: Op) -> Op:
+        from kafka import TopicPartition as KTopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        k, v = op.value
+        topic, p = self.keys.topic_partition(k)
+        tp = KTopicPartition(topic, p)
+        timeout_ms = int(self.op_timeout * 1000)
+        try:
+            c = self._consumer(k)
+            if op.f == "write":
+                c.commit(offsets={tp: OffsetAndMetadata(v, "", -1)}, timeout_ms=timeout_ms)
+                return complete(op, OK, [k, v])
+            got = c.committed(tp, timeout_ms=timeout_ms)
+        except Exception as e:  # noqa: BLE001 - classified below; anything unlisted is info
+            text = f"{type(e).__name__}: {e}"
+            if op.f == "read":  # a read changes nothing: see ConfluentOffsetsClient._read
+                return complete(op, FAIL, op.value, error=text)
+            return complete(op, FAIL if type(e) in self._fail else INFO, op.value, error=text)
+        return complete(op, OK, [k, got if got is not None and got >= 0 else None])
+
+    def close(self) -> None:
+        consumers, self._consumers = list(self._consumers.values()), {}
+        for c in consumers:
+            try:
+                c.close(autocommit=False)
+            except Exception:  # noqa: BLE001 - close never raises
+                pass
+
+
 # -- from a TestConfig ------------------------------------------------------------------
 
 
@@ -307,10 +393,11 @@ def offset_keys(cfg: TestConfig) -> OffsetKeys:
     return OffsetKeys(partitions=max(2, cfg.partitions))
 
 
-def make_client(cfg: TestConfig) -> ConfluentOffsetsClient:
-    """A fresh, unopened offsets client (confluent-kafka)."""
+def make_client(cfg: TestConfig) -> ConfluentOffsetsClient | KafkaPythonOffsetsClient:
+    """A fresh, unopened offsets client of the configured library."""
     rf = cfg.replication_factor if cfg.backend == "external" else min(cfg.replication_factor, cfg.nodes)
-    return ConfluentOffsetsClient(keys=offset_keys(cfg), replication_factor=rf)
+    cls = KafkaPythonOffsetsClient if cfg.client == "kafka-python" else ConfluentOffsetsClient
+    return cls(keys=offset_keys(cfg), replication_factor=rf)
 
 
 def analyse(ops: list[Op], keys: OffsetKeys) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import replace
 
+import pytest
 from confluent_kafka import KafkaError
 
 from logquake.broker import LocalCluster
@@ -22,6 +23,7 @@ from logquake.runner import Recorder, Stats
 from logquake.workloads import DRAIN, MAIN, Context, Validated
 from logquake.workloads.offsets import (
     ConfluentOffsetsClient,
+    KafkaPythonOffsetsClient,
     OffsetKeys,
     OffsetsGenerator,
     analyse,
@@ -120,10 +122,11 @@ def _await_ok(do, f: str, k: int, v: int | None = None, timeout: float = 60.0) -
     return done
 
 
-def test_commits_read_back_per_group_and_partition(tmp_path):
+@pytest.mark.parametrize("make", [ConfluentOffsetsClient, KafkaPythonOffsetsClient])
+def test_commits_read_back_per_group_and_partition(tmp_path, make):
     with LocalCluster(n=3, base_dir=tmp_path / "c") as c:
         c.wait_ready(60)
-        client = Validated(ConfluentOffsetsClient(keys=KEYS, replication_factor=3))
+        client = Validated(make(keys=KEYS, replication_factor=3))
         client.open(c.bootstrap_servers)
         try:
             do = _Driver(client, Recorder(HistoryWriter(tmp_path / "history.jsonl"), Stats()))

@@ -334,6 +334,11 @@ class KafkaApi:
                         if found is not None:
                             off = found
                             ts = next(r.max_timestamp for r in st.batches if r.base_offset == found)
+                    if off >= 0 and p.timestamp != -1:
+                        # Kafka's epochForOffset: the epoch that wrote the record there (a
+                        # consumer validates its position with it after a leader change).
+                        written = st.epoch_for_offset(off)
+                        epoch = written if written >= 0 else epoch
                 parts.append(T.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=err,
                                                             timestamp=ts, offset=off, leader_epoch=epoch))
             topics.append(T(name=t.name, partitions=parts))
@@ -356,7 +361,13 @@ class KafkaApi:
                     if p.current_leader_epoch >= 0 and p.current_leader_epoch != term:
                         err = FENCED_LEADER_EPOCH if p.current_leader_epoch < term else UNKNOWN_LEADER_EPOCH
                     else:
-                        epoch, end = rep.state.end_offset_for_epoch(p.leader_epoch)
+                        epoch, end = rep.state.end_offset_for_epoch(p.leader_epoch, current_epoch=term)
+                        first = rep.state.epochs[0][0] if rep.state.epochs else term
+                        if end < 0 or p.leader_epoch < first:
+                            # librdkafka resets the position by auto.offset.reset on these answers
+                            log.info("OffsetForLeaderEpoch %s-%d from %s: epoch %d -> (%d, %d), known epochs %s",
+                                     t.topic, p.partition, req.client_id, p.leader_epoch, epoch, end,
+                                     rep.state.epochs[:8])
                 if err != NONE:
                     self._reject(req, t.topic, p.partition, err)
                 parts.append(T.EpochEndOffset(error_code=err, partition=p.partition, leader_epoch=epoch,

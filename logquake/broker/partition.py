@@ -72,14 +72,32 @@ class PartitionState:
     last_term: int = 0  # term of the last applied entry (= leader epoch that wrote it)
     epochs: list[tuple[int, int]] = field(default_factory=list)  # (leader epoch, its first offset)
 
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """KIP-320: (largest leader epoch <= `epoch` with records, the offset where it ends),
-        or (-1, -1) when no records were written in such an epoch."""
-        i = bisect.bisect_right(self.epochs, (epoch, 2**63)) - 1
-        if i < 0:
+    def end_offset_for_epoch(self, epoch: int, *, current_epoch: int | None = None) -> tuple[int, int]:
+        """KIP-320, as Kafka's LeaderEpochFileCache.endOffsetFor answers it: (epoch, end offset).
+
+        The epochs known here are those with records, plus the leader's own `current_epoch`
+        (Kafka's leader adds its epoch when elected, before writing anything), which ends at
+        the high watermark. For a known epoch or one between two known epochs the answer is
+        (largest known epoch <= `epoch`, start of the next known epoch). Below every known
+        epoch it is (`epoch`, start of the first known epoch): nothing of `epoch` is here.
+        UNDEFINED (-1, -1) only for epoch -1 or an epoch above all known ones."""
+        epochs = self.epochs
+        if current_epoch is not None and (not epochs or epochs[-1][0] < current_epoch):
+            epochs = [*epochs, (current_epoch, self.next_offset)]
+        if epoch < 0 or not epochs or epoch > epochs[-1][0]:
             return -1, -1
-        end = self.epochs[i + 1][1] if i + 1 < len(self.epochs) else self.next_offset
-        return self.epochs[i][0], end
+        if epoch == epochs[-1][0]:
+            return epoch, self.next_offset
+        i = bisect.bisect_right(epochs, (epoch, 2**63))  # first known epoch above `epoch`
+        higher_start = epochs[i][1]
+        if i == 0:
+            return epoch, higher_start
+        return epochs[i - 1][0], higher_start
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch that wrote `offset` (Kafka's epochForOffset), -1 when none did."""
+        i = bisect.bisect_right([start for _, start in self.epochs], offset) - 1
+        return self.epochs[i][0] if i >= 0 and offset < self.next_offset else -1
 
     def locate(self, offset: int) -> int:
         """Index in `batches` of the batch holding `offset` (or the first after it)."""

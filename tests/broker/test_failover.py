@@ -145,3 +145,71 @@ def test_kafka_python_consumer_continues_after_leader_change(tmp_path) -> None:
         finally:
             cons.close()
         assert got == first + second
+
+
+# The harness's librdkafka consumer settings (logquake/workloads/confluent.py), assign mode.
+_ASSIGN_CONSUMER = {"auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+                    "topic.metadata.refresh.interval.ms": 2_000, "socket.timeout.ms": 5_000,
+                    "reconnect.backoff.max.ms": 1_000, "enable.partition.eof": False}
+
+
+@pytest.mark.slow
+def test_assigned_librdkafka_consumer_never_rewinds_across_leader_kills(tmp_path) -> None:
+    """KIP-320 validation after each leader change must confirm the position, never reset it.
+
+    librdkafka resets a partition by auto.offset.reset (here: to offset 0) when the
+    OffsetForLeaderEpoch answer is undefined or ends before its position."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides=FAST) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("rw")
+        stop = threading.Event()
+        errors: list[str] = []
+
+        def produce() -> None:
+            p = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all", "linger.ms": 0,
+                          "message.timeout.ms": 120_000})
+            i = 0
+            while not stop.is_set():
+                p.produce("rw", value=b"%d" % i, on_delivery=lambda e, m: e and errors.append(str(e)))
+                p.poll(0.02)
+                i += 1
+            p.flush(120)
+
+        t = threading.Thread(target=produce)
+        t.start()
+        cons = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "rw-assign", **_ASSIGN_CONSUMER})
+        cons.assign([TopicPartition("rw", 0, 0)])
+        seen: list[tuple[int, int]] = []  # (offset, leader epoch)
+
+        def read_until(n: int, timeout: float) -> None:
+            deadline = time.monotonic() + timeout
+            while len(seen) < n:
+                assert time.monotonic() < deadline, f"only {len(seen)} of {n} messages read"
+                m = cons.poll(0.2)
+                if m is not None and m.error() is None:
+                    seen.append((m.offset(), m.leader_epoch()))
+        try:
+            read_until(17, 60)
+            for _ in range(2):  # kill the leader the consumer fetches from, keep reading, restart it
+                old = c.leader("rw")
+                c.kill(old)
+                c.wait_leaders("rw", exclude={old}, timeout=60)
+                read_until(len(seen) + 40, 90)
+                c.start(old)
+            # A position carrying the epoch of the record before it (as a committed offset does)
+            # is confirmed by the new leader, not reset.
+            last_off, last_epoch = seen[-1]
+            cons.assign([TopicPartition("rw", 0, last_off + 1, leader_epoch=last_epoch)])
+            read_until(len(seen) + 20, 60)
+        finally:
+            stop.set()
+            t.join(150)
+            cons.close()
+        offsets = [o for o, _ in seen]
+        assert offsets == list(range(len(offsets))), "the consumer went back or skipped"
+        assert [e for _, e in seen] == sorted(e for _, e in seen)
+        assert not errors
+        for n in (1, 2, 3):
+            assert "OffsetForLeaderEpoch" not in c.log_path(n).read_text(), f"node {n} signalled a truncation"

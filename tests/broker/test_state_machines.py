@@ -93,3 +93,33 @@ def test_metadata_topics_assignments_and_producer_ids() -> None:
     second = apply_metadata(st_, index=6, data=alloc_producer_ids_entry(10, node=3, nonce="y"))["first"]
     assert second == first + 10 and st_.producer_id_blocks[3] == ("y", second, 10)
     assert apply_metadata(st_, index=7, data=json.dumps({"op": "nope"}).encode())["error_code"] == -1
+
+
+def _epoch_state(epochs: list[tuple[int, int]], next_offset: int) -> pmod.PartitionState:
+    st_ = pmod.PartitionState(next_offset=next_offset)
+    st_.epochs = list(epochs)
+    return st_
+
+
+def test_end_offset_for_epoch_answers_as_kafkas_leader_epoch_cache() -> None:
+    """LeaderEpochFileCache.endOffsetFor: UNDEFINED only for -1 and epochs above every known one."""
+    st_ = _epoch_state([(2, 0), (4, 10), (7, 25)], 30)
+    cases = {-1: (-1, -1), 0: (0, 0), 1: (1, 0),  # older than any: (requested, first start)
+             2: (2, 10), 3: (2, 10), 4: (4, 25), 5: (4, 25), 6: (4, 25),
+             7: (7, 30), 8: (7, 30),  # between the last records and the current term
+             9: (9, 30),  # the leader's current term, no records yet: ends at the HW
+             10: (-1, -1)}
+    for epoch, want in cases.items():
+        assert st_.end_offset_for_epoch(epoch, current_epoch=9) == want, epoch
+    assert st_.end_offset_for_epoch(7) == (7, 30)  # without the leader's term: the last epoch is the latest
+    assert st_.end_offset_for_epoch(8) == (-1, -1)
+    empty = _epoch_state([], 0)
+    assert empty.end_offset_for_epoch(3, current_epoch=3) == (3, 0)
+    assert empty.end_offset_for_epoch(1, current_epoch=3) == (1, 0)
+    assert empty.end_offset_for_epoch(1) == (-1, -1)
+
+
+def test_epoch_for_offset_names_the_epoch_that_wrote_it() -> None:
+    st_ = _epoch_state([(2, 0), (4, 10), (7, 25)], 30)
+    assert [st_.epoch_for_offset(o) for o in (0, 9, 10, 24, 25, 29, 30)] == [2, 2, 4, 4, 7, 7, -1]
+    assert _epoch_state([], 0).epoch_for_offset(0) == -1

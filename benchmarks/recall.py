@@ -18,13 +18,8 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-import logquake.config
 from logquake.matrix import load_matrix, run_matrix, summarize
-from logquake.nemesis import FAMILIES, fault_families
 
 MATRIX = Path(__file__).resolve().parent.parent / "docs" / "recall-matrix.yaml"
 
@@ -32,34 +27,6 @@ MATRIX = Path(__file__).resolve().parent.parent / "docs" / "recall-matrix.yaml"
 def _target(row: dict) -> int:
     n = row["runs"]
     return n if row["expect"] == ["valid"] else math.ceil(0.9 * n)
-
-
-def _allow_fault_specs(path: Path) -> None:
-    """Let the config check pass `family:variant` nemesis specs (`disk:power-loss`) and the
-    `stale-leader` family, which logquake.nemesis runs but config.NEMESES may not list yet
-    (requested in coord.md); a no-op once it does."""
-    raw = yaml.safe_load(path.read_text()) or {}
-    specs = {n for e in raw.get("unsafe") or [] for n in _as_list(e.get("nemesis"))}
-    specs |= {n for n in (raw.get("safe") or {}).get("nemeses") or [] for n in _as_list(n)}
-    extra = [s for s in sorted(specs) if s not in logquake.config.NEMESES and fault_families([s])[0] in FAMILIES]
-    logquake.config.NEMESES = (*logquake.config.NEMESES, *extra)
-
-
-def _as_list(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else list(value or [])
-
-
-def _run_one(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """matrix's run, with the cluster shown fault families (so `disk:...` still gets LazyFS)."""
-    from logquake.cluster import open_cluster
-    from logquake.config import resolve_config
-    from logquake.runner import run_test
-
-    def opener(cfg: Any, run_dir: Path) -> Any:
-        return open_cluster(replace(cfg, nemesis=tuple(fault_families(cfg.nemesis))), run_dir)
-
-    outcome = run_test(resolve_config(None, config), cluster=opener)
-    return outcome.results, str(outcome.run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,13 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results-dir", default="results")
     args = ap.parse_args(argv)
 
-    _allow_fault_specs(args.config)
     matrix = load_matrix(args.config, test_count=args.test_count, time_limit=args.time_limit)
     if args.only:
         matrix = replace(matrix, cells=tuple(c for c in matrix.cells if any(o in c.name for o in args.only)))
     out_dir = Path(args.results_dir) / "recall" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     t0 = time.monotonic()
-    runs = run_matrix(matrix, out_dir, results_dir=args.results_dir, run=_run_one,
+    runs = run_matrix(matrix, out_dir, results_dir=args.results_dir,
                       on_result=lambda r: print(f"  {r.cell} seed {r.seed}: {r.outcome} ({r.message}) "
                                                 f"{r.duration:.0f} s", file=sys.stderr, flush=True))
     rows = summarize(runs)

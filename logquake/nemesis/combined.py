@@ -12,6 +12,7 @@ import random
 from collections.abc import Sequence
 
 from logquake.config import TestConfig
+from logquake.errors import ConfigError
 from logquake.nemesis.faults import (
     ClockFault,
     DiskFault,
@@ -97,8 +98,17 @@ def make_faults(names: Sequence[str], target: NemesisTarget, rng: random.Random,
     }
     unknown = [f for f in fault_families(names) if f not in makers]
     if unknown:
-        raise ValueError(f"unknown fault {unknown[0]!r}; allowed: {', '.join(FAMILIES)} (optionally :variant)")
-    return [makers[f]() for f in fault_families(names)]
+        raise ConfigError("nemesis", f"unknown fault {unknown[0]!r}; allowed: {', '.join(FAMILIES)} (optionally :variant)")
+    faults = {f: makers[f]() for f in fault_families(names)}
+    for spec in names:  # a misspelt variant fails here, before the run starts
+        family, _, variant = spec.partition(":")
+        if variant and variant not in faults[family].accepts:
+            accepts = faults[family].accepts
+            raise ConfigError("nemesis", f"{spec!r}: {family} has no variant {variant!r} here; "
+                              f"allowed: {', '.join(accepts) or 'none (use the bare family)'}",
+                              hint="disk's lose-unfsynced and power-loss variants need LazyFS (FUSE)"
+                              if family == "disk" else None)
+    return list(faults.values())
 
 
 def build_nemesis(cfg: TestConfig, cluster: NemesisTarget) -> Nemesis:

@@ -13,7 +13,14 @@ import time
 from collections.abc import Sequence
 
 from logquake.cluster.host import run_checked
-from logquake.nemesis.grudges import GRUDGES, busiest_leader, complete_grudge, describe_grudge, make_grudge
+from logquake.nemesis.grudges import (
+    EXPLICIT,
+    GRUDGES,
+    busiest_leader,
+    complete_grudge,
+    describe_grudge,
+    make_grudge,
+)
 from logquake.nemesis.net import Net
 from logquake.nemesis.protocol import NemesisTarget
 from logquake.nemesis.targets import TARGETS, pick_targets
@@ -45,6 +52,7 @@ class PartitionFault:
 
     name = "partition"
     variants = tuple(GRUDGES)
+    accepts = (*GRUDGES, *EXPLICIT)
 
     def __init__(self, target: NemesisTarget, net: Net, rng: random.Random) -> None:
         self.target, self.net, self.rng = target, net, rng
@@ -68,7 +76,7 @@ class KillFault:
     """SIGKILL brokers; stop restarts them."""
 
     name = "kill"
-    variants = TARGETS
+    variants = accepts = TARGETS
 
     def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
         self.target, self.rng = target, rng
@@ -97,7 +105,7 @@ class PauseFault:
     """SIGSTOP brokers; stop sends SIGCONT."""
 
     name = "pause"
-    variants = TARGETS
+    variants = accepts = TARGETS
 
     def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
         self.target, self.rng = target, rng
@@ -130,7 +138,7 @@ class ClockFault:
     """
 
     name = "clock"
-    variants = ("bump", "strobe", "reset")
+    variants = accepts = ("bump", "strobe", "reset")
 
     def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
         self.target, self.rng = target, rng
@@ -208,6 +216,7 @@ class DiskFault:
         lazy = getattr(target.lifecycle, "lazyfs", False)
         # power-loss is named explicitly (`disk:power-loss`): the seeded random draw stays as it was.
         self.variants = ("lose-unfsynced", "corrupt-tail") if lazy else ("corrupt-tail",)
+        self.accepts = self.KINDS if lazy else ("corrupt-tail",)
         self.lazy = lazy
 
     def start(self, variant: str) -> str:
@@ -253,7 +262,7 @@ class PacketLossFault:
     """Random loss of incoming packets on some nodes (iptables `statistic` match)."""
 
     name = "packet-loss"
-    variants = TARGETS
+    variants = accepts = TARGETS
 
     def __init__(self, target: NemesisTarget, net: Net, rng: random.Random) -> None:
         self.target, self.net, self.rng = target, net, rng
@@ -286,7 +295,7 @@ class StaleLeaderFault:
     """
 
     name = "stale-leader"
-    variants = ("",)
+    variants = accepts = ()
 
     def __init__(self, target: NemesisTarget, net: Net, rng: random.Random, *, hold: float = 5.0) -> None:
         self.target, self.net, self.rng, self.hold = target, net, rng, hold

@@ -59,7 +59,8 @@ class Fault(Protocol):
     """One family of faults (partition, kill, ...), driven by the combined nemesis."""
 
     name: str
-    variants: Sequence[str]
+    variants: Sequence[str]  # drawn from at random when the spec names none
+    accepts: Sequence[str]  # every variant a spec may name (`partition:leader`)
 
     def start(self, variant: str) -> str: ...
 

@@ -139,3 +139,24 @@ def test_fault_families_of_specs():
 
     assert fault_families(["partition:leader", "kill", "partition", "disk:power-loss"]) == ["partition", "kill", "disk"]
     assert "stale-leader" in FAMILIES
+
+
+def test_make_faults_checks_named_variants_before_anything_runs():
+    from types import SimpleNamespace
+
+    from logquake.errors import ConfigError
+    from logquake.nemesis import make_faults
+
+    def target(lazy):
+        return SimpleNamespace(nodes=NODES, lifecycle=SimpleNamespace(lazyfs=lazy))
+
+    specs = ["partition:leader", "partition", "kill:majority", "disk:power-loss-majority", "stale-leader"]
+    faults = make_faults(specs, target(True), random.Random(0), net=None)
+    assert [f.name for f in faults] == ["partition", "kill", "disk", "stale-leader"]
+    with pytest.raises(ConfigError, match="partition has no variant 'leeder'.*leader"):
+        make_faults(["partition:leeder"], target(True), random.Random(0), net=None)
+    with pytest.raises(ConfigError, match="no variant 'power-loss'") as e:
+        make_faults(["disk:power-loss"], target(False), random.Random(0), net=None)  # no LazyFS
+    assert "LazyFS" in (e.value.hint or "")
+    with pytest.raises(ConfigError, match="unknown fault 'flood'"):
+        make_faults(["flood"], target(True), random.Random(0), net=None)

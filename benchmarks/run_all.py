@@ -110,7 +110,9 @@ def parse_harness(out: str) -> list[Row]:
                 reference=f"raw client calls {num(raw[1]):,.1f} ops/s",
                 ratio=num(h[1]) / num(raw[1]) if num(raw[1]) else None)]
     if m := find(out, r"^overhead per op:\s+([-\d.]+) us"):
-        rows.append(row(b, "overhead per op (process time)", num(m[1]), "us"))
+        # 1/harness - 1/raw: below zero when the run's noise is larger than the overhead
+        rows.append(row(b, "overhead per op (process time)", num(m[1]), "us",
+                        reference="negative: within this run's noise" if num(m[1]) < 0 else None))
     return rows
 
 
@@ -157,6 +159,8 @@ def parse_raft(out: str) -> list[Row]:
             if r := find(out, rf"reference {label}:\s+([\d,]+) records/s"):
                 rows.append(row(b, f"in-process Raft, {m[1]} records/entry", rate, "records/s",
                                 reference=f"{label} {num(r[1]):,.0f} records/s", ratio=rate / num(r[1])))
+    if m := find(out, r"^raft 3 nodes, 1 record per entry: ([\d,]+) entries/s"):
+        rows.append(row(b, "in-process Raft, 1 record/entry", num(m[1]), "entries/s"))
     if m := find(out, r"fsync=never ([\d,]+) records/s, fsync=always .*? ([\d,]+) records/s"):
         rows.append(row(b, "SegmentLog append, fsync always", num(m[2]), "records/s",
                         reference=f"fsync never {num(m[1]):,.0f} records/s", ratio=num(m[2]) / num(m[1])))
@@ -208,20 +212,44 @@ BENCHES = (
 
 
 def run_one(b: Bench, quick: bool, logdir: Path, timeout: float) -> list[Row]:
+    """Run one script (`b.script` relative to benchmarks/, or absolute) and turn its output into rows.
+
+    Never raises for the script's sake: a timeout, a non-zero exit, output no parser
+    understands, a parser that trips, or a missing rows file each become one "run" row
+    with the value missing and the reason, so the table shows the gap and the exit code is 1.
+    """
     args = [sys.executable, str(HERE / b.script), *(b.quick if quick else b.full)]
     rows_file = logdir / f"{b.name}.rows.json"
     if b.parse is None:
         args += ["--json", str(rows_file)]
     try:
         p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=HERE.parent)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        (logdir / f"{b.name}.log").write_text(f"$ {' '.join(args)}\n{out}\n--- timed out after {timeout:.0f} s\n")
         return [row(b.name, "run", None, reference=f"timed out after {timeout:.0f} s")]
     (logdir / f"{b.name}.log").write_text(f"$ {' '.join(args)}\n{p.stdout}\n--- stderr\n{p.stderr}")
     if p.returncode != 0:
         tail = (p.stderr.strip().splitlines() or ["(no stderr)"])[-1][:120]
         return [row(b.name, "run", None, reference=f"exit {p.returncode}: {tail}")]
-    rows = json.loads(rows_file.read_text()) if b.parse is None else b.parse(p.stdout)
+    rows = read_rows(b, p.stdout, rows_file)
     return rows or [row(b.name, "run", None, reference="no figures found in its output")]
+
+
+def read_rows(b: Bench, stdout: str, rows_file: Path) -> list[Row]:
+    """The rows of a script that exited 0: its parser's, or its rows file's (parse None)."""
+    if b.parse is None:
+        try:
+            rows = json.loads(rows_file.read_text())
+        except (OSError, ValueError) as e:
+            return [row(b.name, "run", None, reference=f"no rows file from --json: {type(e).__name__}: {e}"[:160])]
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "metric" in r for r in rows):
+            return [row(b.name, "run", None, reference="rows file is not a list of rows")]
+        return [{**row(b.name, "?", None), **r} for r in rows]
+    try:
+        return b.parse(stdout)
+    except Exception as e:  # noqa: BLE001 - a parser out of step with its script must not lose the table
+        return [row(b.name, "run", None, reference=f"parser failed: {type(e).__name__}: {e}"[:160])]
 
 
 def machine() -> dict:

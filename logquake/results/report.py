@@ -61,6 +61,7 @@ MEANINGS = {
     "G1c": "Circular information flow: following write and read dependencies leads back to the start.",
     "lost-processing": "An input value was never processed into the output.",
     "double-processing": "An input value was processed into the output more than once.",
+    "output-reorder": "Values of one input partition first reached the output out of their input order.",
 }
 for _base in ("G0", "G1c"):
     for _suffix, _words in (("process", "process order"), ("realtime", "real-time order")):

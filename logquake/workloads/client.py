@@ -10,6 +10,7 @@ effect from one watchdog thread for all workers, without a thread hop per call.)
 
 from __future__ import annotations
 
+import heapq
 import queue
 import threading
 from dataclasses import dataclass, replace
@@ -84,6 +85,40 @@ def add_polled(acc: dict[str, list[list[Any]]], k: int, offset: int, v: Any) -> 
     acc.setdefault(str(k), []).append([offset, v])
 
 
+class TxnIds:
+    """Transactional ids lent to clients: `<prefix>-<n>`, the lowest free n first.
+
+    A client takes one at open and gives it back at close, and keeps it when it replaces
+    its producer. So a producer that succeeds a failed one (same client, or the next client
+    of a worker after a crash or a hung call) calls init_transactions under the same id,
+    which fences its predecessor and makes the coordinator end the transaction that one
+    left open (abort it, or finish a commit already decided) at once. Under a fresh id that
+    transaction would stay open until transaction.timeout.ms, holding the last stable
+    offset of its partitions so read_committed consumers see nothing past it. (Kafka
+    Streams keeps one id per task for the same reason.)
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._free: list[int] = []
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> str:
+        with self._lock:
+            if self._free:
+                n = heapq.heappop(self._free)
+            else:
+                n, self._next = self._next, self._next + 1
+        return f"{self.prefix}-{n}"
+
+    def release(self, tid: str) -> None:
+        n = int(tid.rsplit("-", 1)[1])
+        with self._lock:
+            if n not in self._free:
+                heapq.heappush(self._free, n)
+
+
 class QueueClient:
     """State and op dispatch shared by the adapters; each subclass makes the library calls.
 
@@ -112,6 +147,8 @@ class QueueClient:
         self._producer: Any = None
         self._consumer: Any = None
         self._txn_ready = False
+        self._txn_id: str | None = None  # lent by the adapter's TxnIds while open
+        self._replaced = False  # the producer was replaced (its predecessor may need fencing)
         self.assigned: list[int] = []
         self.subscribed = False  # assign() on a subscribed consumer must unsubscribe first
         self.position: dict[int, int] = {}  # next offset to read, per key

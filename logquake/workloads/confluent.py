@@ -24,11 +24,19 @@ from confluent_kafka import (
 )
 
 from logquake.history import FAIL, INFO, OK, Op
-from logquake.workloads.client import QueueClient, add_polled, complete, seek_back
+from logquake.workloads.client import QueueClient, TxnIds, add_polled, complete, seek_back
 
 log = logging.getLogger("logquake.client.confluent")
 
 _ids = itertools.count()
+# The coordinator aborts a transaction left open this long (a replaced producer ends it sooner).
+TXN_TIMEOUT_MS = 10_000
+TXN_IDS = TxnIds(f"lq-txn-{os.getpid()}")
+# init_transactions right after replacing a producer: long enough for the coordinator to
+# end the old transaction, short enough to leave the op's commit and abort their time.
+FENCE_TIMEOUT = 5.0
+# How long a deliberately aborted transaction's records sit open in their partitions.
+OPEN_ABORTED_S = 0.3
 
 # Error codes that mean "certainly not written". Each entry says why.
 _FAIL: dict[int, str] = {
@@ -54,6 +62,8 @@ def classify(err: KafkaError | None) -> str:
 
 
 def _err_text(err: Any) -> str:
+    if isinstance(err, str):
+        return err
     if isinstance(err, KafkaError):
         return err.name() or err.str()
     if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
@@ -61,8 +71,12 @@ def _err_text(err: Any) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> dict[str, Any]:
-    """librdkafka producer settings. acks=all with idempotence unless `producer.acks` says otherwise."""
+def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any],
+                    txn_id: str | None = None) -> dict[str, Any]:
+    """librdkafka producer settings. acks=all with idempotence unless `producer.acks` says otherwise.
+
+    `txn_id` is the client's transactional id (see client.TxnIds); without one a fresh id.
+    """
     acks = str(producer.get("acks", "all"))
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
@@ -82,8 +96,8 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> d
     if "retries" in producer:
         conf["retries"] = int(producer["retries"])
     if txn:
-        conf["transactional.id"] = f"lq-txn-{os.getpid()}-{next(_ids)}"
-        conf["transaction.timeout.ms"] = 10_000
+        conf["transactional.id"] = txn_id or f"lq-txn-{os.getpid()}-{next(_ids)}"
+        conf["transaction.timeout.ms"] = TXN_TIMEOUT_MS
     return conf
 
 
@@ -119,16 +133,21 @@ class ConfluentClient(QueueClient):
 
     def open(self, bootstrap_servers: str) -> None:
         self._bootstrap = bootstrap_servers
-        self._producer = Producer(
-            producer_config(bootstrap_servers, txn=self.txn, producer=self.producer_settings),
-            logger=log,
-        )
+        if self.txn and self._txn_id is None:
+            self._txn_id = TXN_IDS.acquire()
+        self._producer = self._new_producer()
         self._consumer = Consumer(
             consumer_config(bootstrap_servers, txn=self.txn, sub_via=self.sub_via), logger=log
         )
 
+    def _new_producer(self) -> Producer:
+        conf = producer_config(self._bootstrap, txn=self.txn, producer=self.producer_settings,
+                               txn_id=self._txn_id)
+        return Producer(conf, logger=log)
+
     def _reopen_producer(self) -> None:
-        """After a fatal producer error: a new producer (a new transactional id)."""
+        """After a fatal error or a commit/abort of unknown outcome: a new producer under the
+        same transactional id, fenced in at once (see client.TxnIds)."""
         old, self._producer = self._producer, None
         if old is not None:
             try:
@@ -137,17 +156,35 @@ class ConfluentClient(QueueClient):
             except Exception:  # noqa: BLE001 - the old producer is abandoned anyway
                 pass
         self._txn_ready = False
-        self._producer = Producer(
-            producer_config(self._bootstrap, txn=self.txn, producer=self.producer_settings), logger=log
-        )
+        self._replaced = True
+        self._producer = self._new_producer()
+        if self.txn:
+            self._txn_ready = self._fence(self._producer)
+
+    def _fence(self, producer: Producer) -> bool:
+        """init_transactions: fences the id's previous producer and ends its open transaction.
+        On failure the next transaction op tries again (and fails cleanly if it cannot)."""
+        try:
+            producer.init_transactions(FENCE_TIMEOUT)
+            return True
+        except KafkaException as e:
+            log.info("init_transactions of %s failed: %s", self._txn_id, _err_text(e))
+            return False
 
     def close(self) -> None:
         p, c, self._producer, self._consumer = self._producer, self._consumer, None, None
         try:
             if p is not None:
+                if self.txn and self._replaced and not self._txn_ready:
+                    # A replaced producer's transaction may still be open: end it now
+                    # rather than at the coordinator's timeout (the drain reads past it).
+                    self._fence(p)
                 p.flush(1.0)
         except Exception:  # noqa: BLE001 - close never raises
             pass
+        if self._txn_id is not None:
+            TXN_IDS.release(self._txn_id)
+            self._txn_id = None
         try:
             if c is not None:
                 c.close()
@@ -292,24 +329,32 @@ class ConfluentClient(QueueClient):
                 self._txn_ready = True
             self._producer.begin_transaction()
         except KafkaException as e:
-            # No transaction began, so nothing of this op was sent. A fresh producer (new
-            # transactional id) gets the next op out of whatever state this one is in.
-            self._reopen_producer()
+            # No transaction began, so nothing of this op was sent. An init that timed out
+            # is tried again by the next op; otherwise a fresh producer (same transactional
+            # id) gets the next op out of whatever state this one is in.
+            kerr = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            if self._txn_ready or kerr is None or not kerr.retriable():
+                self._reopen_producer()
             return complete(op, FAIL, value, error=_err_text(e))
         pending: list[Any] = []
         for i, m in enumerate(value):
             if m[0] == "send":
                 self._produce_async(value, i, pending)
+                if pending:
+                    # Not queued: committing would acknowledge the op without this value.
+                    return self._abort(op, value, pending[0])
             elif (err := self._poll_one(value, i)) is not None:
                 return self._abort(op, value, err)
+        if op.get("abort"):
+            return self._abort_on_purpose(op, value)
         try:
             self._producer.commit_transaction(self.op_timeout)
         except KafkaException as e:
             kerr = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
             if kerr is not None and kerr.txn_requires_abort():
                 return self._abort(op, value, e)
-            # Whether the commit happened is unknown. The open transaction is abandoned to
-            # the coordinator's timeout with a fresh producer.
+            # Whether the commit happened is unknown. A fresh producer under the same id
+            # makes the coordinator finish or abort it now (not at its timeout).
             self._seek_back(value)
             self._reopen_producer()
             return complete(op, INFO, value, error=_err_text(e))
@@ -329,7 +374,16 @@ class ConfluentClient(QueueClient):
             self._producer.produce(t, value=str(v).encode(), key=str(k).encode(), partition=p,
                                    on_delivery=delivered)
         except (KafkaException, BufferError) as e:
-            pending.append(e)  # the commit will then fail or abort
+            pending.append(e)
+
+    def _abort_on_purpose(self, op: Op, value: list[list[Any]]) -> Op:
+        """The generator's `abort` ops: the records reach their partitions and stay there
+        open a moment (a read_committed fetch leaking past the LSO would return them), then
+        the transaction is aborted."""
+        assert self._producer is not None
+        self._producer.flush(self.op_timeout)
+        time.sleep(OPEN_ABORTED_S)
+        return self._abort(op, value, "aborted on purpose")
 
     def _abort(self, op: Op, value: list[list[Any]], err: Any) -> Op:
         """Abort the open transaction: fail if the abort is confirmed, else info."""

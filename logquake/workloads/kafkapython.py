@@ -10,17 +10,23 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import time
 from typing import Any
 
 import kafka.errors as kerr
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logquake.history import FAIL, INFO, OK, Op
-from logquake.workloads.client import QueueClient, add_polled, complete, seek_back
+from logquake.workloads.client import QueueClient, TxnIds, add_polled, complete, seek_back
 
 log = logging.getLogger("logquake.client.kafka-python")
 
 _ids = itertools.count()
+# The coordinator aborts a transaction left open this long (a replaced producer ends it sooner).
+TXN_TIMEOUT_MS = 10_000
+TXN_IDS = TxnIds(f"lq-kp-txn-{os.getpid()}")
+# How long a deliberately aborted transaction's records sit open in their partitions.
+OPEN_ABORTED_S = 0.3
 
 # Exception classes that mean "certainly not written". Each entry says why.
 _FAIL: dict[type[BaseException], str] = {
@@ -38,12 +44,18 @@ def classify(e: BaseException) -> str:
     return FAIL if type(e) in _FAIL else INFO
 
 
-def _err_text(e: BaseException) -> str:
+def _err_text(e: BaseException | str) -> str:
+    if isinstance(e, str):
+        return e
     return f"{type(e).__name__}: {e}"
 
 
-def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> dict[str, Any]:
-    """kafka-python producer settings: acks=all and idempotence unless `producer.acks` says otherwise."""
+def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any],
+                    txn_id: str | None = None) -> dict[str, Any]:
+    """kafka-python producer settings: acks=all and idempotence unless `producer.acks` says otherwise.
+
+    `txn_id` is the client's transactional id (see client.TxnIds); without one a fresh id.
+    """
     acks: Any = producer.get("acks", "all")
     acks = "all" if str(acks) in ("all", "-1") else int(acks)
     conf: dict[str, Any] = {
@@ -62,8 +74,8 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any]) -> d
     if "retries" in producer:
         conf["retries"] = int(producer["retries"])
     if txn:
-        conf["transactional_id"] = f"lq-kp-txn-{os.getpid()}-{next(_ids)}"
-        conf["transaction_timeout_ms"] = 10_000
+        conf["transactional_id"] = txn_id or f"lq-kp-txn-{os.getpid()}-{next(_ids)}"
+        conf["transaction_timeout_ms"] = TXN_TIMEOUT_MS
     return conf
 
 
@@ -95,12 +107,18 @@ class KafkaPythonClient(QueueClient):
 
     def open(self, bootstrap_servers: str) -> None:
         self._bootstrap = bootstrap_servers
-        self._producer = KafkaProducer(
-            **producer_config(bootstrap_servers, txn=self.txn, producer=self.producer_settings)
-        )
+        if self.txn and self._txn_id is None:
+            self._txn_id = TXN_IDS.acquire()
+        self._producer = self._new_producer()
         self._consumer = KafkaConsumer(**consumer_config(bootstrap_servers, txn=self.txn, sub_via=self.sub_via))
 
+    def _new_producer(self) -> KafkaProducer:
+        return KafkaProducer(**producer_config(self._bootstrap, txn=self.txn, producer=self.producer_settings,
+                                               txn_id=self._txn_id))
+
     def _reopen_producer(self) -> None:
+        """After a failed or unknown transaction end: a new producer under the same
+        transactional id, fenced in at once (see client.TxnIds)."""
         old, self._producer = self._producer, None
         if old is not None:
             try:
@@ -108,18 +126,36 @@ class KafkaPythonClient(QueueClient):
             except Exception:  # noqa: BLE001 - abandoned anyway
                 pass
         self._txn_ready = False
-        self._producer = KafkaProducer(
-            **producer_config(self._bootstrap, txn=self.txn, producer=self.producer_settings)
-        )
+        self._replaced = True
+        self._producer = self._new_producer()
+        if self.txn:
+            self._txn_ready = self._fence(self._producer)
+
+    def _fence(self, producer: KafkaProducer) -> bool:
+        """init_transactions (bounded by max_block_ms): fences the id's previous producer and
+        ends its open transaction. On failure the next transaction op tries again."""
+        try:
+            producer.init_transactions()
+            return True
+        except Exception as e:  # noqa: BLE001 - the next op retries, and fails cleanly if it cannot
+            log.info("init_transactions of %s failed: %s", self._txn_id, _err_text(e))
+            return False
 
     def close(self) -> None:
         p, c, self._producer, self._consumer = self._producer, self._consumer, None, None
+        if p is not None and self.txn and self._replaced and not self._txn_ready:
+            # A replaced producer's transaction may still be open: end it now, not at the
+            # coordinator's timeout (the drain reads past it).
+            self._fence(p)
         for thing in (p, c):
             try:
                 if thing is not None:
                     thing.close(timeout=1) if thing is p else thing.close()
             except Exception:  # noqa: BLE001 - close never raises
                 pass
+        if self._txn_id is not None:
+            TXN_IDS.release(self._txn_id)
+            self._txn_id = None
 
     def _tp(self, k: int) -> TopicPartition:
         t, p = self.keymap.topic_partition(k)
@@ -224,8 +260,11 @@ class KafkaPythonClient(QueueClient):
                 self._txn_ready = True
             self._producer.begin_transaction()
         except Exception as e:  # noqa: BLE001
-            # No transaction began, so nothing of this op was sent.
-            self._reopen_producer()
+            # No transaction began, so nothing of this op was sent. An init that timed out
+            # is tried again by the next op; otherwise a fresh producer (same transactional
+            # id) gets the next op out of whatever state this one is in.
+            if self._txn_ready or not isinstance(e, kerr.KafkaTimeoutError):
+                self._reopen_producer()
             return complete(op, FAIL, value, error=_err_text(e))
         futures: dict[int, Any] = {}
         for i, m in enumerate(value):
@@ -236,6 +275,8 @@ class KafkaPythonClient(QueueClient):
                     return self._abort(op, value, e)
             elif (err := self._poll_one(value, i)) is not None:
                 return self._abort(op, value, err)
+        if op.get("abort"):
+            return self._abort_on_purpose(op, value, futures)
         try:
             self._producer.commit_transaction()
         except Exception as e:  # noqa: BLE001 - whether the commit happened is unknown: info
@@ -246,7 +287,20 @@ class KafkaPythonClient(QueueClient):
         _fill_done(value, futures)
         return complete(op, OK, value)
 
-    def _abort(self, op: Op, value: list[list[Any]], err: BaseException) -> Op:
+    def _abort_on_purpose(self, op: Op, value: list[list[Any]], futures: dict[int, Any]) -> Op:
+        """The generator's `abort` ops: the records reach their partitions and stay there
+        open a moment (a read_committed fetch leaking past the LSO would return them), then
+        the transaction is aborted."""
+        assert self._producer is not None
+        try:
+            self._producer.flush(timeout=self.op_timeout)
+        except Exception as e:  # noqa: BLE001 - aborted below all the same
+            log.info("flush before a deliberate abort: %s", _err_text(e))
+        _fill_done(value, futures)
+        time.sleep(OPEN_ABORTED_S)
+        return self._abort(op, value, "aborted on purpose")
+
+    def _abort(self, op: Op, value: list[list[Any]], err: BaseException | str) -> Op:
         """Abort the open transaction: fail if the abort is confirmed, else info."""
         assert self._producer is not None
         self._seek_back(value)

@@ -133,3 +133,91 @@ def test_a_send_with_no_broker_answering_is_info_never_fail(tmp_path, kind):
             assert done.value == [["send", 1, 2]]  # unfinished micro-op keeps its invoked form
         finally:
             c.close()
+
+
+def _leave_open(c, kind: str, key: int, v: int) -> None:
+    """Begin a transaction on the client's producer, write `v` to `key`, end nothing."""
+    p, (t, part) = c.client._producer, c.client.keymap.topic_partition(key)
+    p.begin_transaction()
+    if kind == "confluent":
+        p.produce(t, value=str(v).encode(), key=str(key).encode(), partition=part)
+        assert p.flush(15) == 0
+    else:
+        p.send(t, value=str(v).encode(), key=str(key).encode(), partition=part).get(timeout=15)
+
+
+def _read_committed(cluster, kind: str, key: int, want: int) -> list[int]:
+    """The values a fresh read_committed client reads from `key` once it has read `want` values."""
+    r = _client(cluster, kind, txn=True)
+    try:
+        assert r.invoke(_op("assign", [key], seek_to_beginning=True)).type == OK
+        return [v for _, v in _poll_until(r, {key: want})[key]]
+    finally:
+        r.close()
+
+
+@pytest.fixture
+def long_txn_timeout(monkeypatch):
+    """Transactions left open stay open for the whole test unless a producer ends them."""
+    from logquake.workloads import confluent, kafkapython
+
+    monkeypatch.setattr(confluent, "TXN_TIMEOUT_MS", 300_000)
+    monkeypatch.setattr(kafkapython, "TXN_TIMEOUT_MS", 300_000)
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_a_replaced_producer_ends_the_transaction_its_predecessor_left_open(cluster, kind, long_txn_timeout):
+    # After a commit of unknown outcome the adapter replaces its producer. Under a fresh
+    # transactional id the old transaction would hold the partition's last stable offset
+    # for the whole transaction timeout, and read_committed readers would see nothing of
+    # later commits (the exactly-once runs' `unseen`); under the same id it ends at once.
+    _requires_api(cluster, 24, "transactions (AddPartitionsToTxn)")
+    key = 130 if kind == "confluent" else 230
+    c = _client(cluster, kind, txn=True)
+    try:
+        assert c.invoke(_op("txn", [["send", key, 1]])).type == OK
+        tid = c.client._txn_id
+        _leave_open(c, kind, key, 2)
+        c.client._reopen_producer()  # what the adapter does after a commit of unknown outcome
+        assert c.client._txn_id == tid
+        done = c.invoke(_op("txn", [["send", key, 3]]))
+        assert done.type == OK, done
+    finally:
+        c.close()
+    assert _read_committed(cluster, kind, key, 2) == [1, 3]  # 2 was aborted, nothing hides 3
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_a_new_client_takes_a_closed_ones_transactional_id_and_ends_its_transaction(cluster, kind,
+                                                                                     long_txn_timeout):
+    # A worker's next client (after a crash or a hung call) fences the one it replaces.
+    _requires_api(cluster, 24, "transactions (AddPartitionsToTxn)")
+    key = 140 if kind == "confluent" else 240
+    c1 = _client(cluster, kind, txn=True)
+    assert c1.invoke(_op("txn", [["send", key, 1]])).type == OK
+    tid = c1.client._txn_id
+    _leave_open(c1, kind, key, 2)
+    c1.close()
+    c2 = _client(cluster, kind, txn=True)
+    try:
+        assert c2.client._txn_id == tid
+        done = c2.invoke(_op("txn", [["send", key, 3]]))
+        assert done.type == OK, done
+    finally:
+        c2.close()
+    assert _read_committed(cluster, kind, key, 2) == [1, 3]
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_a_txn_marked_abort_is_aborted_on_purpose_and_never_read_committed(cluster, kind):
+    _requires_api(cluster, 24, "transactions (AddPartitionsToTxn)")
+    key = 150 if kind == "confluent" else 250
+    c = _client(cluster, kind, txn=True)
+    try:
+        done = c.invoke(_op("txn", [["send", key, 1], ["send", key, 2]], abort=True))
+        assert done.type == FAIL and done.get("error") == "aborted on purpose", done
+        assert done.get("abort") is True  # the history shows it was meant
+        assert c.invoke(_op("txn", [["send", key, 3]])).type == OK
+    finally:
+        c.close()
+    assert _read_committed(cluster, kind, key, 1) == [3]

@@ -102,3 +102,15 @@ def test_timeout_turns_a_hang_into_info_and_marks_the_client_broken():
     c.close()
     ok = WithTimeout(_Echo(), timeout=5)
     assert ok.invoke(_inv()).type == OK and not ok.broken
+
+
+def test_txn_ids_lend_the_lowest_free_id_and_take_it_back():
+    from logquake.workloads.client import TxnIds
+
+    ids = TxnIds("lq-txn-7")
+    a, b, c = ids.acquire(), ids.acquire(), ids.acquire()
+    assert (a, b, c) == ("lq-txn-7-0", "lq-txn-7-1", "lq-txn-7-2")
+    ids.release(b)
+    ids.release(b)  # twice changes nothing
+    ids.release(a)
+    assert [ids.acquire(), ids.acquire(), ids.acquire()] == ["lq-txn-7-0", "lq-txn-7-1", "lq-txn-7-3"]

@@ -1,7 +1,9 @@
 """Unsafe broker modes caught end to end, and `logquake test-all` on a short matrix.
 
 Real commands in subprocesses: a lab cluster of real brokers, real clients, real faults.
-One quick unsafe run is in the default suite; every mode and the matrix command are slow.
+Each mode runs with the nemesis and flags of the recall matrix (docs/recall-matrix.yaml,
+measured in docs/recall.md). One quick unsafe run is in the default suite; every mode and
+the matrix command are slow.
 """
 
 from __future__ import annotations
@@ -15,20 +17,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from logquake.matrix import DEFAULT_MATRIX
 from tests.conftest import requires_root_or_userns
 
 pytestmark = pytest.mark.lab
 
-UNSAFE = {list(u["mode"])[0]: u for u in DEFAULT_MATRIX["unsafe"]}
+RECALL = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs" / "recall-matrix.yaml").read_text())
+UNSAFE = {list(u["mode"])[0]: u for u in RECALL["unsafe"]}
+
+
+def _mode(cell: dict) -> dict:
+    """The cell's unsafe mode; YAML reads a bare `off` as false."""
+    return {k: "off" if v is False else v for k, v in cell["mode"].items()}
 
 
 def _run_unsafe(tmp_path: Path, mode: str, time_limit: float, seed: int) -> tuple[int, dict, str]:
     """`logquake run` with one unsafe mode of the default matrix; (exit code, results.json, output)."""
     requires_root_or_userns()
     cell = UNSAFE[mode]
-    cfg = {**DEFAULT_MATRIX["base"], **cell["config"], "nemesis": cell["nemesis"],
-           "broker": {"unsafe": cell["mode"]}, "time_limit": time_limit, "seed": seed,
+    cfg = {**RECALL["base"], **cell["config"], "nemesis": cell["nemesis"],
+           "broker": {"unsafe": _mode(cell)}, "time_limit": time_limit, "seed": seed,
            "results_dir": str(tmp_path / "results")}
     path = tmp_path / "unsafe.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -49,8 +56,8 @@ def _assert_caught(mode: str, code: int, res: dict, out: str) -> None:
 
 
 def test_ack_early_under_partitions_loses_acknowledged_writes(tmp_path):
-    # The quickest dependable one: a leader cut off from its followers keeps acking acks=all
-    # writes until check-quorum deposes it; the new majority's leader reuses those offsets.
+    # The quickest dependable one: the busiest leader cut off from a majority keeps acking
+    # acks=all writes until check-quorum deposes it; the new majority's leader reuses those offsets.
     code, res, out = _run_unsafe(tmp_path, "ack", time_limit=15, seed=11)
     _assert_caught("ack", code, res, out)
 
@@ -62,7 +69,7 @@ def test_ack_early_under_partitions_loses_acknowledged_writes(tmp_path):
     for m in sorted(set(UNSAFE) - {"ack"})
 ])
 def test_each_unsafe_mode_is_caught(tmp_path, mode):
-    code, res, out = _run_unsafe(tmp_path, mode, time_limit=25, seed=1)
+    code, res, out = _run_unsafe(tmp_path, mode, time_limit=RECALL["time_limit"], seed=1)
     _assert_caught(mode, code, res, out)
 
 
@@ -70,7 +77,7 @@ def test_each_unsafe_mode_is_caught(tmp_path, mode):
 def test_test_all_on_a_short_matrix_writes_index_and_junit(tmp_path):
     requires_root_or_userns()
     matrix = {
-        "test_count": 1, "time_limit": 12, "seed": 3, "base": DEFAULT_MATRIX["base"],
+        "test_count": 1, "time_limit": 12, "seed": 3, "base": RECALL["base"],
         "safe": {"workloads": {"queue": {}}, "nemeses": ["partition"]},
         "unsafe": [UNSAFE["ack"]],
     }

@@ -722,6 +722,10 @@ def run_with_display(cfg: TestConfig, console: Any) -> int:
     assert outcome is not None
     console.print()
     console.print(verdict_table(outcome.results))
+    if "linear" in outcome.results:  # the linearizability checker's explanation, in words
+        from logquake.checker.linear import summary_lines
+
+        console.print("\n".join(summary_lines(outcome.results)), highlight=False, markup=False)
     if outcome.interrupted:
         console.print("[yellow]interrupted[/]: analysed what was recorded")
     console.print(f"run: {outcome.run_dir}")

@@ -38,6 +38,7 @@ def test_an_offsets_run_is_linearizable(tmp_path, fault):
     code, run_dir, res, out = _run(tmp_path, *flags)
     assert res.get("valid") is True, f"{json.dumps(res, indent=1)[:3000]}\n{out[-3000:]}"
     assert code == 0, out
+    assert "over 6 key(s) -> linearizable" in out.replace("\n", " "), out[-2000:]
     assert run_dir.parent.name == "offsets"  # the default test name is the workload
     lin = res["linear"]
     assert lin["model"] == "register" and lin["keys"] == 6 and lin["unknown_key_count"] == 0, lin

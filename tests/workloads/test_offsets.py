@@ -180,3 +180,32 @@ def test_a_committed_offset_lost_makes_the_verdict_invalid(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     assert "NOT linearizable" in p.stdout and "read -> nil cannot be placed" in p.stdout, p.stdout
 
+
+
+# -- the runner --------------------------------------------------------------------------
+
+
+def test_the_runner_runs_offsets_and_checks_them_as_registers(tmp_path):
+    """`workload: offsets` through run_test: the generator, the client, the drain, the linear check."""
+    from logquake.config import resolve_config
+    from logquake.runner import StaticCluster, run_test
+
+    with LocalCluster(n=3, base_dir=tmp_path / "c") as c:
+        c.wait_ready(60)
+        cfg = resolve_config(None, {
+            "workload": "offsets", "backend": "external", "bootstrap_servers": c.bootstrap_servers.split(","),
+            "time_limit": 4, "rate": 100, "concurrency": 3, "recovery_time": 0, "drain_time": 60, "seed": 5,
+            "results_dir": str(tmp_path / "results"), "nodes": 3})
+        out = run_test(cfg, cluster=lambda cfg, run_dir: StaticCluster(c.bootstrap_servers))
+    assert out.valid is True, out.results
+    assert out.run_dir.parent.name == "offsets"
+    assert out.results["linear"]["model"] == "register" and out.results["linear"]["keys"] == 6
+    ops = load_history(out.run_dir / "history.jsonl")
+    assert {o.f for o in ops} == {"read", "write"}
+    assert sum(1 for o in ops if o.f == "write" and o.type == OK) > 10
+    # The drain: after the main phase every worker read every key successfully.
+    last_write = max(o.index for o in ops if o.f == "write")
+    for w in range(3):
+        drained = {o.value[0] for o in ops if o.index > last_write and o.type == OK and o.f == "read"
+                   and o.process % 3 == w}
+        assert drained == set(range(6)), (w, drained)

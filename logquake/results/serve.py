@@ -46,6 +46,7 @@ class RunEntry:
     detail: str
     files: tuple[str, ...]
     has_nodes: bool
+    guarantee: str = ""  # the delivery guarantee profile test.json records ("" for older runs)
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:
@@ -121,6 +122,7 @@ def _entry(root: Path, run: Path) -> RunEntry:
         name=str(test.get("name") or run.parent.name), rel=run.relative_to(root).as_posix(), started=started,
         started_text=started_text, status=status, detail=detail,
         files=tuple(f for f in RUN_FILES if (run / f).is_file()), has_nodes=(run / "nodes").is_dir(),
+        guarantee=str(test.get("guarantee") or ""),
     )
 
 
@@ -148,11 +150,12 @@ def index_page(root: Path) -> bytes:
         rows.append(
             f'<tr class="run" data-status="{r.status}"><td><span class="st" style="background:{colour}">'
             f'{r.status}</span><div class="detail">{html.escape(r.detail)}</div></td>'
-            f"<td>{html.escape(r.name)}</td><td>{html.escape(r.started_text)}</td>"
+            f"<td>{html.escape(r.name)}</td><td>{html.escape(r.guarantee)}</td><td>{html.escape(r.started_text)}</td>"
             f'<td><a href="/{q}/">{html.escape(r.rel)}</a></td><td>{" · ".join(links)}</td></tr>'
         )
     body = (f"<h1>logquake runs</h1><p>{len(runs)} runs in <code>{html.escape(str(root))}</code>, newest first.</p>"
-            "<table><tr><th>verdict</th><th>test</th><th>started</th><th>run directory</th><th>files</th></tr>"
+            "<table><tr><th>verdict</th><th>test</th><th>guarantee</th><th>started</th><th>run directory</th>"
+            "<th>files</th></tr>"
             + "".join(rows) + "</table>")
     return _page("logquake runs", body)
 

@@ -15,9 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from results_fixtures import invalid_ops, make_run_dir, valid_ops
+from results_fixtures import (
+    PIPELINE_PROFILES,
+    invalid_ops,
+    make_run_dir,
+    pipeline_run_dir,
+    valid_ops,
+    valid_results,
+)
 
-from logquake.results.serve import make_server
+from logquake.results.serve import index_page, make_server, scan_runs
 
 
 def get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
@@ -152,3 +159,14 @@ def test_cli_serve_port_in_use_is_a_user_error(results_dir: Path) -> None:
         assert out.returncode == 3 and "cannot listen" in out.stderr and "Traceback" not in out.stderr
     finally:
         srv.server_close()
+
+
+def test_the_index_shows_each_runs_guarantee_profile(tmp_path: Path) -> None:
+    for g in PIPELINE_PROFILES:
+        pipeline_run_dir(tmp_path, g)
+    make_run_dir(tmp_path, valid_ops(), valid_results(), name="old")  # a test.json without a profile
+    assert sorted(r.guarantee for r in scan_runs(tmp_path)) == ["", *sorted(PIPELINE_PROFILES)]
+    page = index_page(tmp_path).decode()
+    assert "<th>guarantee</th>" in page
+    for g in PIPELINE_PROFILES:
+        assert f"<td>pipeline-{g}</td><td>{g}</td>" in page

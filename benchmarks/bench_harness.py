@@ -10,7 +10,17 @@ same workers, op mix (the queue generator, no txn) and client library:
 The two halves alternate for `--rounds` rounds (the first round also warms the cluster up:
 topics, leaders, connections). Prints ops/s of both, their ratio and the harness's overhead
 per op. `--cluster memory` swaps the brokers for an in-process log with a mutex, so the
-figures are the harness's own ceiling rather than the brokers'. Usage:
+figures are the harness's own ceiling rather than the brokers'.
+
+Where the time goes (printed after the rounds): the harness's last history split by op kind
+(send, poll that read something, poll that read nothing, other) with each kind's median
+latency and share of the workers' time, and the CPU each op cost this process and (with
+`--cluster local`) the broker processes. With 20 workers against 3 local brokers (Nov 2026,
+2 shared cores at load 10-17) a send's round trip was ~100 ms, nearly all of it the brokers'
+answer (librdkafka's own stats: rtt p50 80-120 ms, time queued in the client 2-5 ms; raw
+producers without the harness see the same), sends took ~90 % of the workers' time and an
+empty poll its 100 ms poll timeout; each op cost ~2 ms of CPU here and ~4 ms in the brokers,
+so two cores cannot give 2,000 ops/s whatever the harness does. Usage:
 
     .venv/bin/python benchmarks/bench_harness.py [--workers 20] [--seconds 10] [--cluster lab|local|memory]
 """
@@ -19,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import statistics
 import tempfile
 import threading
 import time
@@ -86,7 +98,8 @@ def _make(kind: str, cfg):
 
 
 @contextlib.contextmanager
-def _cluster(kind: str, cfg, tmp: Path):
+def _cluster(kind: str, cfg, tmp: Path, pids: list[int]):
+    """The bootstrap servers; `pids` gets the broker processes' pids when they are ours."""
     if kind == "memory":
         yield "memory"
         return
@@ -95,6 +108,7 @@ def _cluster(kind: str, cfg, tmp: Path):
 
         with LocalCluster(n=cfg.nodes, base_dir=tmp / "local") as c:
             c.wait_ready()
+            pids.extend(p.pid for p in c.procs.values())
             yield c.bootstrap_servers
         return
     from logquake.runner import open_cluster
@@ -102,6 +116,29 @@ def _cluster(kind: str, cfg, tmp: Path):
     with open_cluster(cfg, tmp) as c:
         c.wait_ready(120.0)
         yield c.bootstrap_servers
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far, threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _kind(op) -> str:
+    if op.f == "poll":
+        return "poll (read)" if any(op.value[0][1].values()) else "poll (empty)"
+    return op.f if op.f in ("send", "txn") else "other"
+
+
+def _breakdown(path: Path) -> dict[str, list[float]]:
+    """Latency (ms) of each completed op of a history, by kind."""
+    invoked, out = {}, {}
+    for op in load_history(path):
+        if op.type == "invoke":
+            invoked[op.process] = op
+        elif (inv := invoked.pop(op.process, None)) is not None:
+            out.setdefault(_kind(op), []).append((op.time - inv.time) / 1e6)
+    return out
 
 
 def _raw(cfg, bootstrap: str, seconds: float, make) -> int:
@@ -137,7 +174,9 @@ def _raw(cfg, bootstrap: str, seconds: float, make) -> int:
     return n
 
 
-def _harness(cfg, bootstrap: str, seconds: float, tmp: Path, make) -> tuple[int, int]:
+def _harness(cfg, bootstrap: str, seconds: float, tmp: Path, make,
+             pids: list[int]) -> tuple[int, Path, list[float]]:
+    """Ops completed in `seconds`, the history, and CPU seconds used meanwhile (us, brokers)."""
     stats = Stats()
     path = tmp / f"history-{time.monotonic_ns()}.jsonl"
     rec = Recorder(HistoryWriter(path), stats)
@@ -146,13 +185,29 @@ def _harness(cfg, bootstrap: str, seconds: float, tmp: Path, make) -> tuple[int,
     crew.start(MAIN, over, Pacer(1e6))
     time.sleep(2.0)
     start = stats.ok + stats.info + stats.fail
+    cpu0 = [_cpu(p) for p in (os.getpid(), *pids)]
     time.sleep(seconds)
     n = stats.ok + stats.info + stats.fail - start
+    cpu = [_cpu(p) - c for p, c in zip((os.getpid(), *pids), cpu0, strict=True)]
     over.set()
     crew.join(40)
     crew.close()
     rec.close()
-    return n, len(load_history(path))
+    return n, path, cpu
+
+
+def _print_breakdown(path: Path, n_ops: int, cpu: list[float], workers: int, seconds: float) -> None:
+    lat = _breakdown(path)
+    total = sum(sum(v) for v in lat.values()) or 1.0
+    print("where the workers' time went (last harness round):")
+    for kind, v in sorted(lat.items(), key=lambda kv: -sum(kv[1])):
+        print(f"  {kind:13s} {len(v):6d} ops  median {statistics.median(v):7.1f} ms"
+              f"  {100 * sum(v) / total:5.1f} % of the time")
+    per_op = 1e3 / max(1, n_ops)
+    line = f"CPU per op: this process {cpu[0] * per_op:.2f} ms"
+    if len(cpu) > 1:
+        line += f", brokers {sum(cpu[1:]) * per_op:.2f} ms"
+    print(line + f" ({os.cpu_count()} cores; {workers} workers for {seconds:.0f} s)")
 
 
 def main() -> None:
@@ -167,15 +222,19 @@ def main() -> None:
     cfg = resolve_config(None, {"concurrency": a.workers, "nodes": a.nodes, "client": a.client, "seed": 1,
                                 "replication_factor": min(3, a.nodes)})
     print(f"cluster={a.cluster} nodes={a.nodes} client={a.client} workers={a.workers} seconds={a.seconds}")
-    raws, hs = [], []
-    with tempfile.TemporaryDirectory() as d, _cluster(a.cluster, cfg, Path(d)) as bootstrap:
+    print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    raws, hs, pids = [], [], []
+    with tempfile.TemporaryDirectory() as d, _cluster(a.cluster, cfg, Path(d), pids) as bootstrap:
         for r in range(a.rounds):
             raw = _raw(cfg, bootstrap, a.seconds, _make(a.cluster, cfg)) / a.seconds
-            harness, lines = _harness(cfg, bootstrap, a.seconds, Path(d), _make(a.cluster, cfg))
+            harness, path, cpu = _harness(cfg, bootstrap, a.seconds, Path(d), _make(a.cluster, cfg), pids)
             h = harness / a.seconds
-            print(f"round {r + 1}: raw {raw:9.1f} ops/s   harness {h:9.1f} ops/s ({lines} history lines)")
+            print(f"round {r + 1}: raw {raw:9.1f} ops/s   harness {h:9.1f} ops/s"
+                  f" ({len(load_history(path))} history lines)")
             raws.append(raw)
             hs.append(h)
+        _print_breakdown(path, harness, cpu, a.workers, a.seconds)
+    print("load average at end:   {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     # The last round is the steady state: the first one also created topics and elected leaders.
     raw_rate, h_rate = raws[-1], hs[-1]
     print(f"raw client calls:        {raw_rate:9.1f} ops/s")

@@ -10,6 +10,7 @@ plotly inlined, like report.html.
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,22 @@ def _row(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_profiles(index: dict[str, Any], *, title: str = "test-all") -> str:
+def _runs(index: dict[str, Any], out_dir: Path | None) -> list[dict[str, Any]]:
+    """Each run's row, with a link to its report relative to the page (when it has one)."""
+    out = []
+    for r in index.get("runs") or []:
+        if not isinstance(r, dict):
+            continue
+        report = Path(str(r.get("run_dir") or "")) / "report.html"
+        link = ""
+        if r.get("run_dir") and out_dir is not None and report.is_file():
+            link = os.path.relpath(report, out_dir)
+        out.append({"cell": r.get("cell", ""), "guarantee": r.get("guarantee") or "", "seed": r.get("seed", ""),
+                    "outcome": r.get("outcome", ""), "message": r.get("message", ""), "report": link})
+    return out
+
+
+def render_profiles(index: dict[str, Any], *, title: str = "test-all", out_dir: Path | None = None) -> str:
     rows = [_row(p) for p in index.get("profiles") or [] if isinstance(p, dict)]
     counts = {r["guarantee"]: dict((k, n) for k, n, _ in r["shares"]) for r in rows if r["shares"]}
     figure = None
@@ -57,13 +73,15 @@ def render_profiles(index: dict[str, Any], *, title: str = "test-all") -> str:
                              div_id="plot-profiles", validate=False,
                              config={"displaylogo": False, "responsive": True})
     return _template().render(title=title, rows=rows, figure=figure, done=bool(index.get("done")),
-                              skipped=index.get("skipped") or [], plotly_js=get_plotlyjs())
+                              skipped=index.get("skipped") or [], runs=_runs(index, out_dir),
+                              plotly_js=get_plotlyjs())
 
 
 def write_profiles_report(out_dir: Path, index: dict[str, Any]) -> Path:
     """Write out_dir/profiles.html (atomically) and return its path."""
     target = Path(out_dir) / PROFILES_FILE
     tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(render_profiles(index, title=f"test-all {Path(out_dir).name}"), encoding="utf-8")
+    tmp.write_text(render_profiles(index, title=f"test-all {Path(out_dir).name}", out_dir=Path(out_dir)),
+                   encoding="utf-8")
     tmp.replace(target)
     return target

@@ -52,7 +52,8 @@ def test_a_matrix_runs_the_pipeline_under_two_profiles_and_compares_them(tmp_pat
     props = [c.find("properties/property").get("value")
              for c in ET.parse(out_dir / "junit.xml").getroot().findall("testcase")]
     assert props == ["at-least-once", "exactly-once"]
-    assert 'id="plot-profiles"' in (out_dir / "profiles.html").read_text()
+    profiles = (out_dir / "profiles.html").read_text()
+    assert 'id="plot-profiles"' in profiles and profiles.count("report.html</a>") == 2
     assert "per guarantee profile" in out
     # Each row's outcome and the exit code follow its run's own verdict. Whether the profiles keep
     # their promises under kills is tests/e2e/test_guarantees.py's question, not this one's: a

@@ -280,6 +280,9 @@ def test_rows_junit_and_index_carry_the_profile_and_compare_profiles(tmp_path):
         ["at-least-once", "exactly-once"]
     html = (tmp_path / "out" / "profiles.html").read_text()
     assert 'id="plot-profiles"' in html and 'data-guarantee="exactly-once"' in html
+    runs_table = html[html.index('id="runs-table"'):]
+    assert runs_table.count('<tr data-guarantee="at-least-once"><td>safe/pipeline/kill/at-least-once</td>') == 1
+    assert "report.html</a>" not in runs_table  # the stand-in runs wrote no reports to link to
 
 
 def test_by_profile_adds_up_processing_counts_over_runs():

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -118,14 +120,15 @@ class Worker:
         self.index, self.profile, self.keys, self.hist = index, profile, keys, hist
         self.process = index
         self.bootstrap = bootstrap
-        self.consumer = Consumer(worker_consumer_config(bootstrap, profile))
+        # librdkafka's own log lines go to harness.log, as the queue adapters' do.
+        self.consumer = Consumer(worker_consumer_config(bootstrap, profile), logger=log)
         self.consumer.subscribe([in_topic(k) for k in range(keys)])
         self.producer = self._new_producer()
         self.reset: list[Any] | None = None  # the batch to re-read after a failed/unknown op
         self.producer_broken = False
 
     def _new_producer(self) -> Producer:
-        p = Producer(worker_producer_config(self.bootstrap, self.profile, self.index))
+        p = Producer(worker_producer_config(self.bootstrap, self.profile, self.index), logger=log)
         if self.profile.transactions:
             # Same transactional id: this completes or aborts whatever the old one left open.
             p.init_transactions(30.0)
@@ -226,23 +229,29 @@ def _key(topic: str) -> int:
     return int(topic.rsplit("-", 1)[1])
 
 
-def drain_outputs(bootstrap: str, keys: int, hist: History, *, done: Callable[[int], bool],
+def drain_outputs(bootstrap: str, keys: int, hist: History, *, want: set[tuple[int, int]],
                   timeout: float) -> None:
-    """Read every output topic from the start, read_committed, until `done(records)` or timeout."""
+    """Read every output topic from the start, read_committed, until every input of `want`
+    ((key, value) pairs) was read at least once, or timeout.
+
+    Distinct inputs, not records: under at-least-once an input may be in the output twice,
+    so a count of records can reach the number of inputs while some were not read yet.
+    """
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lq-pipeline-drain", "enable.auto.commit": False,
                   "isolation.level": "read_committed", "enable.partition.eof": False,
                   "log.connection.close": False})
     c.assign([TopicPartition(out_topic(k), 0, 0) for k in range(keys)])
-    seen = 0
+    missing = set(want)
     deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline and not done(seen):
+        while time.monotonic() < deadline and missing:
             hist.record(-2, INVOKE, "poll", [["poll"]])
             polled: dict[str, list[Any]] = {}
             for m in c.consume(num_messages=500, timeout=0.5):
                 if m.error() is None:
-                    polled.setdefault(str(_key(m.topic())), []).append([m.offset(), json.loads(m.value())])
-                    seen += 1
+                    kv = json.loads(m.value())
+                    polled.setdefault(str(_key(m.topic())), []).append([m.offset(), kv])
+                    missing.discard(tuple(kv))
             hist.record(-2, OK, "poll", [["poll", polled]])
     finally:
         c.close()
@@ -273,11 +282,21 @@ def run_pipeline(bootstrap: str, profile: Profile, *, keys: int = 4, values: int
             during()
             inputs_over.set()
             threads[-1].join(30.0)
-        acked = sum(1 for op in hist.ops if op.f == "input" and op.type == OK)
-        drain_outputs(bootstrap, keys, hist, done=lambda n: n >= acked, timeout=timeout)
+        acked = {(m[1], m[2][1]) for op in hist.ops if op.f == "input" and op.type == OK for m in op.value}
+        drain_outputs(bootstrap, keys, hist, want=acked, timeout=timeout)
     finally:
         inputs_over.set()
         stop.set()
         for t in threads:
             t.join(20.0)
+        _log_stuck(threads)
     return hist.ops
+
+
+def _log_stuck(threads: list[threading.Thread]) -> None:
+    """Where each thread still running is stuck (a client call that ignores its timeout?)."""
+    frames = sys._current_frames()
+    for t in threads:
+        if t.is_alive() and t.ident in frames:
+            stack = "".join(traceback.format_stack(frames[t.ident]))
+            log.warning("%s still running after the drain:\n%s", t.name, stack)

@@ -381,6 +381,7 @@ def check_operations(
     """Search each independent part of `ops` (see `Model.partition`); one result per part."""
     results = []
     for part in model.partition(ops):
+        part = model.simplify(part)
         if part:
             results.append(
                 _check_part(part, model, part[0].key, time_budget=time_budget, max_cache=max_cache)

@@ -23,7 +23,7 @@ from logquake.nemesis.grudges import (
     describe_grudge,
     make_grudge,
 )
-from logquake.nemesis.net import CHAIN, LOSS_CHAIN, Net
+from logquake.nemesis.net import CHAIN, LOSS_CHAIN, OUT_CHAIN, Net
 from logquake.nemesis.protocol import Fault, Nemesis, NemesisTarget, NoopNemesis
 from logquake.nemesis.schedule import Action, FlipFlop, NemesisScheduler, simulate
 from logquake.nemesis.targets import TARGETS, pick_targets
@@ -33,6 +33,7 @@ __all__ = [
     "CLIENTS",
     "GRUDGES",
     "LOSS_CHAIN",
+    "OUT_CHAIN",
     "TARGETS",
     "Action",
     "ClockFault",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from logquake.cluster.host import run_checked
 from logquake.nemesis.grudges import (
+    CLIENTS,
     EXPLICIT,
     GRUDGES,
     busiest_leader,
@@ -46,8 +47,11 @@ def _targets(target: NemesisTarget, rng: random.Random, kind: str | None) -> lis
 class PartitionFault:
     """Grudges between brokers; `partition:clients` cuts some brokers off from the clients only.
 
-    Random choice is among the broker-broker shapes of GRUDGES; `clients` and `leader` (the
-    busiest leader alone against a majority) are opt-in by name.
+    Random choice is among the broker-broker shapes of GRUDGES; `clients`, `leader` (the
+    busiest leader alone against a majority) and `replies` are opt-in by name. `replies` is
+    one-way: every broker drops what it sends to the clients, while their requests still
+    arrive and are acted on, so every write in flight commits unacknowledged and the client
+    retries it after the heal (what idempotent-producer deduplication exists for).
     """
 
     name = "partition"
@@ -59,6 +63,11 @@ class PartitionFault:
 
     def start(self, variant: str) -> str:
         kind = variant or self.rng.choice(self.variants)
+        if kind == "replies":
+            if CLIENTS not in self.net.addresses:
+                raise ValueError("partition:replies needs the clients' address (this cluster has none)")
+            self.net.mute(self.target.nodes, CLIENTS)
+            return f"replies: {','.join(self.target.nodes)} drop everything to the clients"
         leaders = _leaders(self.target) if kind in ("leaders", "leader") else []
         grudge = make_grudge(kind, self.target.nodes, self.rng, current_leaders=leaders)
         self.net.drop(grudge)

@@ -1,8 +1,10 @@
 """Applies grudges and packet loss as iptables rules in dedicated chains on each node.
 
 Only our own chains are ever touched: `LOGQUAKE` (partitions: DROP by source address) and
-`LOGQUAKE-LOSS` (random loss with the `statistic` match), each jumped to from INPUT. Dropping
-on input is enough to cut TCP both ways (a SYN or its SYN-ACK never arrives). Healing deletes
+`LOGQUAKE-LOSS` (random loss with the `statistic` match), each jumped to from INPUT, and
+`LOGQUAKE-OUT` (one-way cuts: DROP by destination), jumped to from OUTPUT. Dropping on input
+is enough to cut TCP both ways (a SYN or its SYN-ACK never arrives); dropping on output only
+silences a node towards a peer whose requests still arrive and are acted on. Healing deletes
 the jump and the chain, nothing else. All nodes are changed in parallel, one iptables-restore
 per node, so a partition lands on every node within one round of process starts.
 """
@@ -17,15 +19,17 @@ from typing import TypeVar
 from logquake.cluster.host import Host, run_checked
 from logquake.nemesis.grudges import Grudge
 
-__all__ = ["Net", "CHAIN", "LOSS_CHAIN"]
+__all__ = ["Net", "CHAIN", "LOSS_CHAIN", "OUT_CHAIN"]
 
 CHAIN = "LOGQUAKE"
 LOSS_CHAIN = "LOGQUAKE-LOSS"
+OUT_CHAIN = "LOGQUAKE-OUT"
+HOOK = {CHAIN: "INPUT", LOSS_CHAIN: "INPUT", OUT_CHAIN: "OUTPUT"}
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # Removes every jump to the chain (there may be several after a crashed harness), then the chain.
-_REMOVE = 'while "$1" -w -D INPUT -j "$2" 2>/dev/null; do :; done; "$1" -w -F "$2" 2>/dev/null; "$1" -w -X "$2" 2>/dev/null; true'
+_REMOVE = 'while "$1" -w -D "$3" -j "$2" 2>/dev/null; do :; done; "$1" -w -F "$2" 2>/dev/null; "$1" -w -X "$2" 2>/dev/null; true'
 
 
 class Net:
@@ -47,11 +51,12 @@ class Net:
         # (we made or removed it) this is one iptables-restore; otherwise leftovers of a crashed
         # harness are removed first.
         known = self._state.get((node, chain))
-        jump = [f"-I INPUT -j {chain}"] if known != "present" else []
+        hook = HOOK[chain]
+        jump = [f"-I {hook} -j {chain}"] if known != "present" else []
         text = "\n".join(["*filter", f":{chain} - [0:0]", *rules, *jump, "COMMIT", ""])
         if known is None:
-            argv = ["sh", "-c", _REMOVE + '; exec "$1"-restore -w --noflush', "sh", self.iptables, chain]
-            text = "\n".join(["*filter", f":{chain} - [0:0]", *rules, f"-I INPUT -j {chain}", "COMMIT", ""])
+            argv = ["sh", "-c", _REMOVE + '; exec "$1"-restore -w --noflush', "sh", self.iptables, chain, hook]
+            text = "\n".join(["*filter", f":{chain} - [0:0]", *rules, f"-I {hook} -j {chain}", "COMMIT", ""])
         else:
             argv = [f"{self.iptables}-restore", "-w", "--noflush"]
         self._state.pop((node, chain), None)
@@ -63,12 +68,12 @@ class Net:
         if known == "absent":
             return
         if known == "present":  # one transaction: the jump we added, then the chain
-            text = f"*filter\n-D INPUT -j {chain}\n-F {chain}\n-X {chain}\nCOMMIT\n"
+            text = f"*filter\n-D {HOOK[chain]} -j {chain}\n-F {chain}\n-X {chain}\nCOMMIT\n"
             rc, _, _ = self.hosts[node].exec([f"{self.iptables}-restore", "-w", "--noflush"], input=text, timeout=30)
             if rc == 0:
                 self._state[(node, chain)] = "absent"
                 return
-        run_checked(self.hosts[node], ["sh", "-c", _REMOVE, "sh", self.iptables, chain], timeout=30)
+        run_checked(self.hosts[node], ["sh", "-c", _REMOVE, "sh", self.iptables, chain, HOOK[chain]], timeout=30)
         self._state[(node, chain)] = "absent"
 
     def forget(self) -> None:
@@ -90,11 +95,22 @@ class Net:
 
         self._each(list(self.hosts), apply)
 
+    def mute(self, nodes: Sequence[str], peer: str) -> None:
+        """Make `nodes` drop every packet they send to `peer` (a key of `addresses`): a one-way cut."""
+        rule = f"-A {OUT_CHAIN} -d {self.addresses[peer]}/32 -j DROP"
+        self._each(list(nodes), lambda n: self._restore(n, OUT_CHAIN, [rule]))
+
     def heal(self, *, thorough: bool = False) -> None:
-        """Remove the partition chain everywhere; `thorough` also removes what we did not add ourselves."""
+        """Remove the partition chains (two-way and one-way) everywhere; `thorough` also removes
+        what we did not add ourselves."""
         if thorough:
             self.forget()
-        self._each(list(self.hosts), lambda n: self._remove(n, CHAIN))
+
+        def remove(node: str) -> None:
+            self._remove(node, CHAIN)
+            self._remove(node, OUT_CHAIN)
+
+        self._each(list(self.hosts), remove)
 
     def lose(self, nodes: Sequence[str], probability: float) -> None:
         """Drop each incoming packet on `nodes` with `probability` (from anywhere but loopback)."""

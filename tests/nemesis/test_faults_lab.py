@@ -206,3 +206,22 @@ def test_stale_leader_isolates_then_restarts_a_quorum_with_the_stale_node(tmp_pa
         assert all(c.lifecycle.is_up(n) for n in c.nodes)
         fault.heal()
         assert all(c.lifecycle.is_up(n) for n in c.nodes)
+
+
+def test_partition_replies_silences_brokers_towards_the_clients_one_way(tmp_path):
+    from logquake.nemesis import CLIENTS, OUT_CHAIN, Net, PartitionFault
+
+    with fake_cluster(2, tmp_path) as c:
+        net = Net(c.hosts, {**c.addresses, CLIENTS: c.harness_address}, iptables=c.state.iptables)
+        fault = PartitionFault(c, net, random.Random(0))
+        assert all(harness_can_reach(c.addresses[n], 9092) for n in c.nodes)
+        assert fault.start("replies") == "replies: n1,n2 drop everything to the clients"
+        assert all(f"-A OUTPUT -j {OUT_CHAIN}" in net.rules(n) for n in c.nodes)
+        # the clients' SYNs arrive, the SYN-ACKs do not: no connection from the harness
+        assert not any(harness_can_reach(c.addresses[n], 9092) for n in c.nodes)
+        assert fault.stop() == "network healed"
+        assert all(OUT_CHAIN not in net.rules(n) for n in c.nodes)
+        assert all(harness_can_reach(c.addresses[n], 9092) for n in c.nodes)
+        fault.start("replies")
+        fault.heal()  # the thorough heal removes it too
+        assert all(OUT_CHAIN not in net.rules(n) for n in c.nodes)

@@ -19,7 +19,10 @@ at-most-once (a transactional producer is idempotent), and an unsafe mode whose 
 anomalies the profile all allows (lost writes under at-most-once are no broken promise);
 an unsafe cell's expectation keeps only the types its profile calls bad. Without the axis
 names stay as they were and each cell runs under its config's (or the default) profile;
-every row records its profile either way.
+every row records its profile either way. index.json's `profiles` compares them (outcomes,
+anomaly counts, pipeline runs' processing counts added up), and a matrix of several
+profiles also gets profiles.html beside index.json (logquake.results.profiles).
+
 Each cell runs `test_count` times with seeds `seed`, `seed+1`, ... The sans-I/O part
 (expansion, verdicts, index and junit rendering) is separate from `run_matrix`, which runs
 the tests one after another through `logquake.runner.run_test`.

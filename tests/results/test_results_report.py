@@ -317,3 +317,17 @@ def test_the_profile_label_falls_back_to_test_json(tmp_path) -> None:
     del results["guarantee"]
     (run / "results.json").write_text(json.dumps(results))
     assert 'data-guarantee="at-most-once"' in write_report(run).read_text()
+
+
+def test_profiles_page_of_queue_runs_has_no_processing_plot_and_lists_what_was_left_out(tmp_path) -> None:
+    from logquake.matrix import Cell, by_profile, judge
+    from logquake.results.profiles import write_profiles_report
+
+    runs = [judge(Cell(name=f"safe/queue/none/{g}", config={}, guarantee=g), 1, valid_results())
+            for g in ("at-least-once", "exactly-once")]
+    index = {"done": False, "profiles": by_profile(runs), "runs": [],
+             "skipped": ["safe/txn/none/at-most-once: transactions make the producer idempotent"]}
+    html = write_profiles_report(tmp_path, index).read_text()
+    assert 'id="plot-profiles"' not in html and "No run of this matrix used the pipeline workload" in html
+    assert "matrix still running: partial" in html and "safe/txn/none/at-most-once: transactions" in html
+    assert html.count("<tr data-guarantee=") == 2 and not list(tmp_path.glob("*.tmp"))

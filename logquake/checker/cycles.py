@@ -25,14 +25,13 @@ import time
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
-
-import networkx as nx
 
 from logquake.checker.options import CheckOptions
 from logquake.checker.queue_index import INF, QueueIndex, Txn
 from logquake.checker.result import op_ref
+from logquake.history import FAIL
 
 WW, WR, PROCESS, REALTIME = 1, 2, 4, 8
 REL_NAMES = {WW: "ww", WR: "wr", PROCESS: "process", REALTIME: "realtime"}
@@ -78,21 +77,24 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
         for comp in comps:
             g = component_graph(ix, opts, comp)
             present = 0
-            for _, _, rels in g.edges(data="rels"):
-                present |= rels
+            for nbrs in g.values():
+                for e in nbrs.values():
+                    present |= e[0]
             for name, allowed, required in SPECS:
                 if present & required != required:
                     continue
                 path = shortest_cycle(g, allowed, required, deadline)
                 if path is not None:
-                    found[name].append((len(path), g, path))
+                    # Keep the path's own edges, not the component's graph.
+                    whys = [g[a][path[(i + 1) % len(path)][0]][1][rel] for i, (a, rel) in enumerate(path)]
+                    found[name].append((len(path), path, whys))
     except OutOfTime:
         out.timed_out = True
     # Explaining is costly and only the first examples are kept: explain just those.
     for name, paths in found.items():
         paths.sort(key=lambda x: x[0])
         out.counts[name] = len(paths)
-        out.cases[name] = [explain(g, path) for _, g, path in paths[: opts.max_examples]]
+        out.cases[name] = [explain(ix, path, whys) for _, path, whys in paths[: opts.max_examples]]
     out.stats["seconds"] = round(time.monotonic() - started, 3)
     return out
 
@@ -125,21 +127,7 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
                 if prev is not None and w is not prev and not prev.comp_index < w.inv_index:
                     adj[prev.id].append(w.id)
                 prev = w
-    for t in nodes:
-        for k, pairs in t.reads.items():
-            writers = ix.writer_of.get(k)
-            if not writers:
-                continue
-            # With ww edges, the writer of the last value read reaches all earlier ones'
-            # writers' successors along the ww chain, so one edge per key keeps reachability.
-            if opts.ww_deps:
-                ws = [writers.get(pairs[-1][1])] if pairs else []
-            else:
-                ws = set(map(writers.get, map(_second, pairs)))
-            inv = t.inv_index
-            for w in ws:
-                if w is not None and w is not t and w.type != "fail" and not w.comp_index < inv:
-                    adj[w.id].append(t.id)
+    _wr_edges(ix, nodes, adj, opts.ww_deps)
     last_of: dict[Any, Txn] = {}
     for t in nodes:
         prev = last_of.get(t.process)
@@ -147,7 +135,7 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
             adj[prev.id].append(t.id)
         last_of[t.process] = t
     # Realtime via time nodes: time node j stands for the j-th invocation.
-    by_inv = sorted(nodes, key=lambda t: t.inv_index)
+    by_inv = sorted(nodes, key=attrgetter("inv_index"))
     invs = [t.inv_index for t in by_inv]
     base = n
     for j, t in enumerate(by_inv):
@@ -158,6 +146,30 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
             if j < len(by_inv):
                 adj[t.id].append(base + j)
     return adj
+
+
+def _wr_edges(ix: QueueIndex, nodes: list[Txn], adj: list[list[int]], ww_deps: bool) -> None:
+    """writer -> reader, leaving out those the realtime chain implies."""
+    writer_of = ix.writer_of
+    nobody: dict = {}
+    for t in nodes:
+        if not t.reads:
+            continue
+        inv, tid = t.inv_index, t.id
+        for k, pairs in t.reads.items():
+            if not pairs:
+                continue
+            writers = writer_of.get(k, nobody)
+            # With ww edges, the writer of the last value read reaches all earlier ones'
+            # writers' successors along the ww chain, so one edge per key keeps reachability.
+            if ww_deps:
+                w = writers.get(pairs[-1][1])
+                if w is not None and w is not t and w.type != FAIL and not w.comp_index < inv:
+                    adj[w.id].append(tid)
+                continue
+            for w in set(map(writers.get, map(_second, pairs))):
+                if w is not None and w is not t and w.type != FAIL and not w.comp_index < inv:
+                    adj[w.id].append(tid)
 
 
 def strongly_connected(adj: list[list[int]], n_real: int, deadline: float) -> list[list[int]]:
@@ -214,18 +226,26 @@ def strongly_connected(adj: list[list[int]], n_real: int, deadline: float) -> li
 # --- stage 2: one component, typed edges ------------------------------------------------
 
 
-def component_graph(ix: QueueIndex, opts: CheckOptions, comp: list[int]) -> nx.DiGraph:
-    """The ops of one component with every typed edge between them and its witness."""
+Graph = dict[int, dict[int, list]]  # op id -> successor id -> [edge types, {type: witness}]
+
+
+def component_graph(ix: QueueIndex, opts: CheckOptions, comp: list[int]) -> Graph:
+    """The ops of one component with every typed edge between them and its witness.
+
+    Plain dicts, in the order the edges were found (that order picks which of several
+    equally short cycles is reported).
+    """
     txns = ix.txns
     members = [txns[i] for i in comp]
-    edges: dict[tuple[int, int], list] = {}  # (a, b) -> [rels, {rel: witness}]
+    g: Graph = {i: {} for i in comp}
 
     def link(a: Txn, b: Txn, rel: int, why: dict) -> None:
         if a is b:
             return
-        e = edges.get((a.id, b.id))
+        nbrs = g[a.id]
+        e = nbrs.get(b.id)
         if e is None:
-            edges[(a.id, b.id)] = [rel, {rel: why}]
+            nbrs[b.id] = [rel, {rel: why}]
         elif not e[0] & rel:
             e[0] |= rel
             e[1][rel] = why
@@ -254,9 +274,6 @@ def component_graph(ix: QueueIndex, opts: CheckOptions, comp: list[int]) -> nx.D
         last_of[t.process] = t
     for a, b in _realtime_pairs(members):
         link(a, b, REALTIME, {})
-    g = nx.DiGraph()
-    g.add_nodes_from((t.id, {"txn": t}) for t in members)
-    g.add_edges_from((a, b, {"rels": e[0], "why": e[1]}) for (a, b), e in edges.items())
     return g
 
 
@@ -298,19 +315,16 @@ def _realtime_pairs(members: list[Txn]) -> list[tuple[Txn, Txn]]:
     return pairs
 
 
-def shortest_cycle(g: nx.DiGraph, allowed: int, required: int, deadline: float) -> list | None:
+def shortest_cycle(g: Graph, allowed: int, required: int, deadline: float) -> list | None:
     """The shortest cycle using only `allowed` edge types and every `required` one.
 
     Returns [(node, rel used to reach the next node), ...] or None. BFS over states
     (node, edge types used so far) from up to MAX_STARTS roots.
     """
-    starts = [u for u, v, d in g.edges(data=True) if d["rels"] & required & allowed]
-    seen_roots: list[int] = []
-    for u in starts:
-        if u not in seen_roots:
-            seen_roots.append(u)
+    want = required & allowed
+    roots = [u for u, nbrs in g.items() if any(e[0] & want for e in nbrs.values())]
     best: list | None = None
-    for root in seen_roots[:MAX_STARTS]:
+    for root in roots[:MAX_STARTS]:
         if time.monotonic() > deadline:
             raise OutOfTime
         path = _bfs_cycle(g, root, allowed, required, best)
@@ -321,20 +335,19 @@ def shortest_cycle(g: nx.DiGraph, allowed: int, required: int, deadline: float) 
     return best
 
 
-def _bfs_cycle(g: nx.DiGraph, root: int, allowed: int, required: int, best: list | None) -> list | None:
+def _bfs_cycle(g: Graph, root: int, allowed: int, required: int, best: list | None) -> list | None:
     limit = len(best) if best is not None else None
     start = (root, 0)
     parent: dict[tuple, tuple | None] = {start: None}
     depth = {start: 0}
     q = deque([start])
-    succ = g.succ
     while q:
         state = q.popleft()
         node, mask = state
         if limit is not None and depth[state] + 1 >= limit:
             return None
-        for nbr, d in succ[node].items():
-            rels = d["rels"] & allowed
+        for nbr, e in g[node].items():
+            rels = e[0] & allowed
             bit = 1
             while rels:
                 if rels & bit:
@@ -364,11 +377,14 @@ def _unwind(parent: dict, state: tuple, last_bit: int) -> list:
 # --- explanations ---------------------------------------------------------------------
 
 
-def explain(g: nx.DiGraph, path: list) -> dict[str, Any]:
-    """A cycle as op references, typed steps and a plain-words explanation."""
+def explain(ix: QueueIndex, path: list, whys: list[dict]) -> dict[str, Any]:
+    """A cycle as op references, typed steps and a plain-words explanation.
+
+    `whys` holds each step's witness (the key and values behind a ww or wr edge).
+    """
     ids = [node for node, _ in path]
     names = {node: f"T{i + 1}" for i, node in enumerate(ids)}
-    txns = [g.nodes[n]["txn"] for n in ids]
+    txns = [ix.txns[n] for n in ids]
     steps = []
     lines = ["Let:"]
     for t in txns:
@@ -379,8 +395,8 @@ def explain(g: nx.DiGraph, path: list) -> dict[str, Any]:
     lines.append("Then:")
     for i, (node, rel) in enumerate(path):
         nxt = ids[(i + 1) % len(ids)]
-        a, b = g.nodes[node]["txn"], g.nodes[nxt]["txn"]
-        why = g[node][nxt]["why"][rel]
+        a, b = ix.txns[node], ix.txns[nxt]
+        why = whys[i]
         text = _step_words(names[node], names[nxt], a, b, rel, why)
         lead = "However, " if i == len(path) - 1 else ""
         lines.append(f"  - {lead}{names[node]} < {names[nxt]}, because {text}.")

@@ -27,7 +27,16 @@ from typing import Any
 
 from logquake.checker.cycles import cycle_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
-from logquake.checker.queue_index import QueueIndex, Txn, build_index, key_of
+from logquake.checker.queue_index import (
+    CONTIGUOUS,
+    FIRST,
+    LAST,
+    MAX_OFFSET,
+    QueueIndex,
+    Txn,
+    build_index,
+    key_of,
+)
 from logquake.checker.result import anomaly_entry, op_ref, run_safely, verdict
 from logquake.history import FAIL, INFO, OK, Op
 
@@ -203,18 +212,10 @@ def lost_write_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
 
 
 def _fill_max_readers(ix: QueueIndex, wanted: dict[tuple, dict], errs: list[dict]) -> None:
-    """Name one ok op that read the highest value, as proof the key was read that far."""
-    reader: dict[tuple, Txn] = {}
-    for t in ix.txns:
-        if t.type != OK:
-            continue
-        for k, pairs in t.reads.items():
-            for _, v in pairs:
-                if (k, v) in wanted and (k, v) not in reader:
-                    reader[(k, v)] = t
+    """Name the first ok op that read the highest value, as proof the key was read that far."""
     for e in errs:
-        t = reader.get((e["key"], e["max_read_value"]))
-        e["max_read"] = op_ref(t.op) if t else None
+        tid = ix.reads_ok[e["key"]].get(e["max_read_value"])
+        e["max_read"] = op_ref(ix.txns[tid].op) if tid is not None else None
 
 
 def g1a_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
@@ -225,15 +226,17 @@ def g1a_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     """
     errs = []
     failed = ix.failed_writes
-    if not failed:
+    # Which keys have an aborted read at all: one set intersection per key, in C.
+    keys = {k for k, fk in failed.items() if not fk.isdisjoint(ix.reads_ok.get(k, ()))}
+    if not keys:
         return {}
     for t in ix.txns:
         if t.type != OK:
             continue
         for k, pairs in t.reads.items():
-            fk = failed.get(k)
-            if not fk or fk.isdisjoint(map(_second, pairs)):
+            if k not in keys:
                 continue
+            fk = failed[k]
             for _, v in pairs:
                 if v in fk:
                     w = ix.writer(k, v)
@@ -295,16 +298,16 @@ def int_poll_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     for t in ix.txns:
         if not t.reads:
             continue
-        rebalanced = _rebalanced_keys(t.op)
-        for k, pairs in t.reads.items():
-            if len(pairs) < 2 or k in rebalanced:
+        rebalanced = None
+        for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
+            if pos[CONTIGUOUS] or len(pairs) < 2:
+                continue  # the common case, decided once by the index
+            if rebalanced is None:
+                rebalanced = _rebalanced_keys(t.op)
+            if k in rebalanced:
                 continue
             ko = orders[k]
             io, fi = ko.index_of_offset, ko.first_index
-            idx = list(map(io.get, map(_first, pairs)))
-            a = idx[0]
-            if a is not None and idx[-1] == a + len(idx) - 1 and idx == list(range(a, a + len(idx))):
-                continue  # contiguous: the common case, checked in C
             prev = None
             for o, v in pairs:
                 i = io.get(o) if o is not None else fi.get(v)
@@ -384,9 +387,9 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
         p = t.process
         if t.reads:
             lr = last_reads.setdefault(p, {})
-            for k, pairs in t.reads.items():
+            for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
                 ko = orders[k]
-                i0 = ko.index_of_offset.get(pairs[0][0]) if pairs else None
+                i0 = pos[FIRST]
                 first = (i0, pairs[0][1]) if i0 is not None else _first_index(ko, pairs)
                 prev = lr.get(k)
                 if prev is not None and first is not None and first[0] - prev[0] != 1:
@@ -395,7 +398,7 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
                     e["explanation"] = _proc_words(p, prev[2], t, k, prev[1], first[1], kind, "read")
                     (skips if kind == "skip" else nm_polls).append(e)
                 if t.type == OK:
-                    i1 = ko.index_of_offset.get(pairs[-1][0]) if pairs else None
+                    i1 = pos[LAST]
                     last = (i1, pairs[-1][1]) if i1 is not None else _last_index(ko, pairs)
                     if last is not None:
                         lr[k] = (last[0], last[1], t)
@@ -446,47 +449,50 @@ def _proc_words(p, a: Txn, b: Txn, k, v1, v2, kind: str, verb: str) -> str:
 
 
 def unseen_analysis(ix: QueueIndex) -> dict[str, Any]:
-    """Values ok ops sent that no ok op has polled, over time and at the end."""
-    polled: dict[Any, set] = {}
-    unseen: dict[Any, set] = {}
+    """Values ok ops sent that no ok op has polled, over time and at the end.
+
+    A value is unseen from the first ok op that sent it until the first ok op that
+    polled it, unless that poll came first; the index knows each value's first ok
+    reader, so only the sends are walked here, never the reads.
+    """
+    first_read = ix.reads_ok
+    delta: dict[int, int] = {}  # op id -> change of the unseen count there
+    unseen: dict[Any, list] = {}
+    done: set = set()
+    for t in ix.txns:
+        if t.type != OK or not t.sends:
+            continue
+        tid = t.id
+        for k, v, _ in t.sends:
+            if (k, v) in done:
+                continue
+            done.add((k, v))
+            fr = first_read.get(k)
+            r = fr.get(v) if fr is not None else None
+            if r is None:
+                unseen.setdefault(k, []).append(v)
+            elif r < tid:
+                continue  # polled before it was acknowledged: never unseen
+            else:
+                delta[r] = delta.get(r, 0) - 1
+            delta[tid] = delta.get(tid, 0) + 1
     total = 0
     points: list[tuple[int, int]] = []
-    for t in ix.txns:
-        if t.type != OK:
-            continue
-        before = total
-        for k, v, _ in t.sends:
-            pk = polled.get(k)
-            if pk is None or v not in pk:
-                u = unseen.setdefault(k, set())
-                if v not in u:
-                    u.add(v)
-                    total += 1
-        for k, pairs in t.reads.items():
-            vals = list(map(_second, pairs))
-            pk = polled.get(k)
-            if pk is None:
-                polled[k] = pk = set()
-            pk.update(vals)
-            u = unseen.get(k)
-            if u:
-                n0 = len(u)
-                u.difference_update(vals)
-                total -= n0 - len(u)
-        if total != before:
-            points.append((t.op.time, total))
+    for tid in sorted(delta):
+        if delta[tid]:
+            total += delta[tid]
+            points.append((ix.txns[tid].op.time, total))
     errs = []
     for k in sorted(unseen, key=str):
         vs = unseen[k]
-        if vs:
-            errs.append(
-                {
-                    "key": k,
-                    "count": len(vs),
-                    "values": sorted(vs, key=str)[:UNSEEN_VALUES_CAP],
-                    "explanation": f"{len(vs)} acknowledged values of key {k} were never polled",
-                }
-            )
+        errs.append(
+            {
+                "key": k,
+                "count": len(vs),
+                "values": sorted(vs, key=str)[:UNSEEN_VALUES_CAP],
+                "explanation": f"{len(vs)} acknowledged values of key {k} were never polled",
+            }
+        )
     return {"count": total, "errs": errs, "over_time": _downsample(points)}
 
 
@@ -578,14 +584,9 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
 
 
 def _max_offsets(t: Txn) -> dict[Any, int]:
-    out: dict[Any, int] = {}
-    for k, pairs in t.reads.items():
-        try:
-            m = max(map(_first, pairs))
-        except (TypeError, ValueError):  # an unknown (null) offset, or no pairs
-            m = max((o for o, _ in pairs if o is not None), default=-1)
-        if m >= 0:
-            out[k] = m
+    out: dict[Any, int] = {
+        k: pos[MAX_OFFSET] for k, pos in zip(t.reads, t.pos, strict=True) if pos[MAX_OFFSET] >= 0
+    }
     for k, _, o in t.sends:
         if o is not None and o > out.get(k, -1):
             out[k] = o

@@ -14,6 +14,7 @@ renumbered densely, so the offsets that transaction markers take are not gaps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -25,11 +26,15 @@ INF = float("inf")
 _first, _second = itemgetter(0), itemgetter(1)
 
 
+_NO_POS: list = []  # shared by ops without reads (never appended to)
+
+
 class Txn:
     """A completed (or never completed) send/poll/txn op, parsed.
 
     `sends` is [(key, value, offset or None)] in op order; `reads` maps a key to the
-    [offset, value] pairs polled, in order, across all poll micro-ops of the op.
+    [offset, value] pairs polled, in order, across all poll micro-ops of the op; `pos`
+    says where each key's reads landed in its version order.
     """
 
     __slots__ = (
@@ -43,6 +48,7 @@ class Txn:
         "comp_index",
         "inv_time",
         "committed",
+        "pos",
     )
 
     def __init__(self, id: int, op: Op, inv: Op | None, sends: list, reads: dict) -> None:
@@ -57,6 +63,7 @@ class Txn:
         # An info op never completed: it may have taken effect at any later time.
         self.comp_index = INF if op.type == INFO else op.index
         self.committed = op.type == OK
+        self.pos: list[tuple] = _NO_POS  # per key read, in `reads` order: see _positions
 
     @property
     def is_node(self) -> bool:
@@ -74,16 +81,29 @@ def key_of(k: Any) -> Any:
     return k
 
 
-def parse_mops(value: Any) -> tuple[list, dict]:
-    """(sends, reads) of an op's micro-ops; unfinished micro-ops carry no result."""
+def parse_mops(
+    value: Any, keys: dict | None = None, tid: int = -1, gather: tuple | None = None
+) -> tuple[list, dict]:
+    """(sends, reads) of an op's micro-ops; unfinished micro-ops carry no result.
+
+    A key's read pairs are the op's own list when one poll read it (no copy: the reads
+    are most of a history's memory), a new list when several did. `keys` caches key_of.
+    `gather` = (pairs_of, first_at): also append the reads to each key's pairs, noting
+    where a key was first seen as (op id `tid`, rank), in the same loop.
+    """
     sends: list = []
     reads: dict = {}
     if not isinstance(value, list):
         return sends, reads
+    if keys is None:
+        keys = {}
+    pairs_of, first_at = gather if gather is not None else ({}, {})
     for mop in value:
         f = mop[0]
         if f == "send":
-            k = key_of(mop[1])
+            k = keys.get(mop[1])
+            if k is None:
+                k = keys[mop[1]] = key_of(mop[1])
             x = mop[2] if len(mop) > 2 else None
             if type(x) is list:
                 sends.append((k, x[1], x[0]))
@@ -91,12 +111,16 @@ def parse_mops(value: Any) -> tuple[list, dict]:
                 sends.append((k, x, None))
         elif f == "poll" and len(mop) > 1 and mop[1]:
             for ks, pairs in mop[1].items():
-                k = key_of(ks)
+                k = keys.get(ks)
+                if k is None:
+                    k = keys[ks] = key_of(ks)
                 got = reads.get(k)
-                if got is None:
-                    reads[k] = list(pairs)
-                else:
-                    got.extend(pairs)
+                reads[k] = pairs if got is None else got + pairs
+                all_pairs = pairs_of.get(k)
+                if all_pairs is None:
+                    pairs_of[k] = all_pairs = []
+                    first_at[k] = (tid, len(reads) - 1 if got is None else list(reads).index(k))
+                all_pairs.extend(pairs)
     return sends, reads
 
 
@@ -133,7 +157,8 @@ class QueueIndex:
     # Txns and ok/info assign/subscribe ops, in history order (per-process analyses).
     events: list[Any] = field(default_factory=list)
     writer_of: dict[Any, dict[Any, Txn]] = field(default_factory=dict)
-    reads_ok: dict[Any, set] = field(default_factory=dict)
+    # key -> value -> id of the first ok op that read it (so `v in reads_ok[k]` as a set).
+    reads_ok: dict[Any, dict[Any, int]] = field(default_factory=dict)
     failed_writes: dict[Any, set] = field(default_factory=dict)
     orders: dict[Any, KeyOrder] = field(default_factory=dict)
     client_ops: int = 0
@@ -144,33 +169,57 @@ class QueueIndex:
 
 
 def build_index(ops: list[Op]) -> QueueIndex:
-    """Index a history (completion order, as recorded)."""
+    """Index a history (completion order, as recorded).
+
+    Three passes over the reads, each touching a read pair once or twice in C: gathering
+    (one loop over the ops), who read each value first (ok ops, backwards), and where
+    each op's reads of a key land in the version order (`Txn.pos`).
+    """
     ix = QueueIndex()
+    pairs_of: dict[Any, list] = {}  # key -> every (offset, value) seen, for the version order
+    first_at: dict[Any, tuple] = {}
+    _gather(ix, ops, pairs_of, first_at)
+    _first_reads(ix)
+    pairs_of = _commit_info(ix, pairs_of, first_at)
+    _version_orders(ix, pairs_of)
+    pairs_of.clear()
+    _positions(ix)
+    return ix
+
+
+def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list], first_at: dict) -> None:
+    """The one loop over the ops: txns, events, writers, and the pairs of every key."""
     in_flight: dict[Any, Op] = {}
-    txns = ix.txns
-    events = ix.events
+    keys: dict = {}
+    txns, events, writer_of, failed = ix.txns, ix.events, ix.writer_of, ix.failed_writes
+    gather = (pairs_of, first_at)
+    client = 0
     for op in ops:
         p = op.process
         if p == NEMESIS:
             continue
-        ix.client_ops += 1
-        if op.type == INVOKE:
+        client += 1
+        typ = op.type
+        if typ == INVOKE:
             in_flight[p] = op
             continue
         inv = in_flight.pop(p, None)
         f = op.f
         if f in QUEUE_FS:
             value = op.value if op.value is not None else (inv.value if inv is not None else None)
-            sends, reads = parse_mops(value)
+            sends, reads = parse_mops(value, keys, len(txns), gather)
             t = Txn(len(txns), op, inv, sends, reads)
             txns.append(t)
             events.append(t)
-        elif f in SUB_FS and op.type in (OK, INFO):
+            if sends:
+                _add_sends(t, writer_of, failed, pairs_of, first_at)
+        elif f in SUB_FS and (typ == OK or typ == INFO):
             events.append(op)
+    ix.client_ops = client
     # An op that never completed is indeterminate: Jepsen reads it as info.
     for inv in in_flight.values():
         if inv.f in QUEUE_FS:
-            sends, reads = parse_mops(inv.value)
+            sends, reads = parse_mops(inv.value, keys, len(txns), gather)
             comp = Op(
                 index=inv.index,
                 time=inv.time,
@@ -183,60 +232,149 @@ def build_index(ops: list[Op]) -> QueueIndex:
             t = Txn(len(txns), comp, inv, sends, reads)
             txns.append(t)
             events.append(t)
-    _writers_and_reads(ix)
-    _version_orders(ix)
-    return ix
+            _add_sends(t, writer_of, failed, pairs_of, first_at)
 
 
-def _writers_and_reads(ix: QueueIndex) -> None:
-    writer_of, reads_ok, failed = ix.writer_of, ix.reads_ok, ix.failed_writes
-    for t in ix.txns:
-        for k, v, _ in t.sends:
-            w = writer_of.get(k)
-            if w is None:
-                writer_of[k] = w = {}
-            w[v] = t
-            if t.type == FAIL:
-                failed.setdefault(k, set()).add(v)
-        if t.type == OK:
-            for k, pairs in t.reads.items():
-                s = reads_ok.get(k)
-                if s is None:
-                    reads_ok[k] = s = set()
-                s.update(map(_second, pairs))
-    # Must have committed: ok, or info with a value some ok op read (Jepsen's rule).
-    for t in ix.txns:
-        if t.type == INFO:
-            t.committed = any(v in reads_ok.get(k, ()) for k, v, _ in t.sends)
-
-
-def _version_orders(ix: QueueIndex) -> None:
-    # Gather every (offset, value) of each key in bulk, then let dict/set (C code) find
-    # the log and any offset holding two values: this is the hottest loop of the checker.
-    pairs_of: dict[Any, list] = {}
-    for t in ix.txns:
-        for k, pairs in t.reads.items():
+def _add_sends(t: Txn, writer_of: dict, failed: dict, pairs_of: dict, first_at: dict) -> None:
+    """Gather one op's sends (after its reads, as its rank in `first_at` says)."""
+    for r, (k, v, o) in enumerate(t.sends, len(t.reads)):
+        w = writer_of.get(k)
+        if w is None:
+            writer_of[k] = w = {}
+        w[v] = t
+        if t.type == FAIL:
+            failed.setdefault(k, set()).add(v)
+        elif t.committed and o is not None:
             got = pairs_of.get(k)
             if got is None:
                 pairs_of[k] = got = []
-            got.extend(pairs)
-        if t.committed:
-            for k, v, o in t.sends:
-                if o is not None:
-                    got = pairs_of.get(k)
-                    if got is None:
-                        pairs_of[k] = got = []
-                    got.append((o, v))
+                first_at[k] = (t.id, r)
+            got.append((o, v))
+
+
+def _first_reads(ix: QueueIndex) -> None:
+    """reads_ok: who first read each value, by updating backwards (the earliest wins)."""
+    reads_ok = ix.reads_ok
+    for t in reversed(ix.txns):
+        if t.type != OK or not t.reads:
+            continue
+        tid = repeat(t.id)
+        for k, pairs in t.reads.items():
+            d = reads_ok.get(k)
+            if d is None:
+                reads_ok[k] = d = {}
+            d.update(zip(map(_second, pairs), tid, strict=False))
+    # Keys in the order they were first read, as a forward pass would have met them.
+    txns = ix.txns
+    first = {k: min(d.values(), default=len(txns)) for k, d in reads_ok.items()}
+    order = sorted(reads_ok, key=lambda k: (first[k], _rank(txns, first[k], k)))
+    ix.reads_ok = {k: reads_ok[k] for k in order}
+
+
+def _rank(txns: list[Txn], tid: int, k: Any) -> int:
+    return list(txns[tid].reads).index(k) if tid < len(txns) else 0
+
+
+def _commit_info(ix: QueueIndex, pairs_of: dict[Any, list], first_at: dict) -> dict[Any, list]:
+    """Must have committed: ok, or info with a value some ok op read (Jepsen's rule).
+
+    Their sends join the pairs now, so keys are put back in the order of their first
+    appearance (results list keys in that order).
+    """
+    reads_ok = ix.reads_ok
+    moved = False
+    for t in ix.txns:
+        if t.type == INFO:
+            t.committed = any(v in reads_ok.get(k, ()) for k, v, _ in t.sends)
+            if not t.committed:
+                continue
+            for r, (k, v, o) in enumerate(t.sends, len(t.reads)):
+                if o is None:
+                    continue
+                pairs_of.setdefault(k, []).append((o, v))
+                at = first_at.get(k)
+                if at is None or (t.id, r) < at:
+                    first_at[k] = (t.id, r)
+                    moved = True
+    if not moved:
+        return pairs_of
+    return {k: pairs_of[k] for k in sorted(pairs_of, key=first_at.__getitem__)}
+
+
+def _version_orders(ix: QueueIndex, pairs_of: dict[Any, list]) -> None:
+    # Let dict/set (C code) find each key's log and any offset holding two values: the
+    # pairs are gathered in bulk, and the common case (no conflict) never loops in Python.
+    logs: dict[Any, dict] = {}
+    mixed: list = []  # keys where some offset holds two values
     for k, allp in pairs_of.items():
-        log = dict(allp)
+        log = logs[k] = dict(allp)
         log.pop(None, None)
-        conflicts: dict[int, list] = {}
         # Does every pair agree with the log? One C-level comparison of two lists.
         if list(map(log.get, map(_first, allp))) != list(map(_second, allp)):
-            conflicts = _conflicts(allp)
+            mixed.append(k)
+    # Info txns' sends were gathered last: redo those keys in history order, so each
+    # offset lists its values in the order they were first seen.
+    ordered = _pairs_in_order(ix, mixed) if mixed else {}
+    for k, log in logs.items():
+        conflicts: dict[int, list] = {}
+        if k in ordered:
+            conflicts = _conflicts(ordered[k])
             for o, vs in conflicts.items():
                 log[o] = vs[0]
         ix.orders[k] = _key_order(log, conflicts)
+
+
+def _pairs_in_order(ix: QueueIndex, keys: list) -> dict[Any, list]:
+    """Every (offset, value) of these keys, op by op: its reads, then its committed sends."""
+    out: dict[Any, list] = {k: [] for k in keys}
+    for t in ix.txns:
+        for k, pairs in t.reads.items():
+            got = out.get(k)
+            if got is not None:
+                got.extend(pairs)
+        if t.committed:
+            for k, v, o in t.sends:
+                got = out.get(k)
+                if got is not None and o is not None:
+                    got.append((o, v))
+    return out
+
+
+# Txn.pos entries: where one op's reads of one key landed in the key's version order.
+FIRST, LAST, CONTIGUOUS, MAX_OFFSET = range(4)
+# FIRST / LAST: dense index of the first / last pair's offset (None: unknown offset);
+# CONTIGUOUS: the pairs hold consecutive dense indices, in order; MAX_OFFSET: the
+# highest known offset read, -1 if none. Plain tuples: there is one per read of a key.
+_NOWHERE = (None, None, False, -1)
+
+
+def _positions(ix: QueueIndex) -> None:
+    """Txn.pos: each read of a key placed once, for every analysis of read order.
+
+    Pairs are contiguous when their offsets are exactly the log's offsets between the
+    first and the last: one slice comparison in C instead of a lookup per pair.
+    """
+    orders = ix.orders
+    for t in ix.txns:
+        if not t.reads:
+            continue
+        t.pos = pos = []
+        for k, pairs in t.reads.items():
+            ko = orders[k]
+            io = ko.index_of_offset
+            offs = list(map(_first, pairs))
+            if not offs:
+                pos.append(_NOWHERE)
+                continue
+            a, b = io.get(offs[0]), io.get(offs[-1])
+            contiguous = a is not None and b == a + len(offs) - 1 and offs == ko.offsets[a : b + 1]
+            try:
+                m = max(offs)
+            except TypeError:  # an unknown (null) offset
+                m = max((o for o in offs if o is not None), default=-1)
+            if m is None:  # the only offset is unknown
+                m = -1
+            pos.append((a, b, contiguous, m))
 
 
 def _conflicts(allp: list) -> dict[int, list]:

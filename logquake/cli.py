@@ -56,7 +56,7 @@ def run(
     sub_via: Annotated[str | None, typer.Option(help="assign | subscribe.")] = None,
     guarantee: Annotated[
         str | None,
-        typer.Option(help="Delivery guarantee profile: at-most-once | at-least-once | exactly-once "
+        typer.Option(help="Delivery guarantee profile: at-most-once | at-least-once | idempotent | exactly-once "
                           "(sets client configs and which anomalies are bad; default at-least-once)."),
     ] = None,
     client: Annotated[str | None, typer.Option(help="confluent | kafka-python.")] = None,
@@ -99,7 +99,7 @@ def check(
         list[str] | None, typer.Option("--ignore", help="Anomaly type never bad, e.g. unseen (repeatable).")
     ] = None,
     guarantee: Annotated[
-        str | None, typer.Option("--guarantee", help="at-most-once, at-least-once or exactly-once.")
+        str | None, typer.Option("--guarantee", help="at-most-once, at-least-once, idempotent or exactly-once.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results object as JSON.")] = False,
     model: Annotated[

@@ -16,7 +16,7 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     txn               queue ops are transactions of 1-4 micro-ops                     (false)
     sub_via           assign | subscribe                                             (assign)
     client            confluent | kafka-python                                       (confluent)
-    guarantee         at-most-once | at-least-once | exactly-once                    (at-least-once)
+    guarantee         at-most-once | at-least-once | idempotent | exactly-once       (at-least-once)
     seed              RNG seed for ops and faults; random if unset, stored in test.json
     partitions        partitions per topic                                           (1)
     replication_factor replicas per partition, at most `nodes`                       (3)
@@ -55,7 +55,7 @@ BACKENDS = ("lab", "docker", "ssh", "external")
 NEMESES = ("partition", "kill", "pause", "clock", "disk", "packet-loss", "stale-leader")
 SUB_VIA = ("assign", "subscribe")
 CLIENTS = ("confluent", "kafka-python")
-GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
+GUARANTEES = ("at-most-once", "at-least-once", "idempotent", "exactly-once")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SUB_VIAS = ("assign", "subscribe")
-GUARANTEES = ("exactly-once", "at-least-once", "at-most-once")
+GUARANTEES = ("exactly-once", "idempotent", "at-least-once", "at-most-once")
 
 #: Every anomaly type the queue analysis can report, in the order results list them.
 QUEUE_TYPES = (
@@ -48,7 +48,8 @@ class CheckOptions:
             with them G1c cycles are normal; without them a G1c is an anomaly.
         ignore: anomaly types still reported but never bad (e.g. `("unseen",)`).
         guarantee: a delivery guarantee profile (DESIGN.md §6) that widens what is allowed:
-            at-most-once allows loss, at-least-once allows duplicates.
+            at-most-once allows loss, at-least-once allows duplicates; idempotent and
+            exactly-once allow neither.
         time_budget: seconds the cycle search may take before it gives up (`unknown`).
         max_examples: examples kept per anomaly type.
     """

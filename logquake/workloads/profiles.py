@@ -68,6 +68,10 @@ PROFILES: dict[str, Profile] = {
         Profile(name="at-least-once", acks="all", retries=None, idempotence=False, transactions=False,
                 isolation="read_uncommitted", commit="after",
                 allowed=BASE_ALLOWED | {"duplicate", "double-processing"}),
+        # enable.idempotence without transactions: no duplicate writes and no loss per
+        # partition, but a consumer may still process a value twice (offsets after processing).
+        Profile(name="idempotent", acks="all", retries=None, idempotence=True, transactions=False,
+                isolation="read_uncommitted", commit="after", allowed=BASE_ALLOWED | {"double-processing"}),
         Profile(name="exactly-once", acks="all", retries=None, idempotence=True, transactions=True,
                 isolation="read_committed", commit="in-transaction", allowed=BASE_ALLOWED),
     )

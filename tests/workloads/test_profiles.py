@@ -50,6 +50,15 @@ def test_exactly_once_is_idempotent_transactional_and_read_committed():
     assert d["producer_config"]["transactional.id"] == "lq-txn-<pid>-<n>"
 
 
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_idempotent_is_acks_all_idempotence_without_transactions(client):
+    d = describe(_cfg(guarantee="idempotent", client=client))
+    p = d["producer_config"]
+    assert p["acks"] == "all" and p.get("enable.idempotence", p.get("enable_idempotence")) is True
+    assert "transactional.id" not in p and "transactional_id" not in p
+    assert d["offset_commit"] == "after"
+
+
 def test_user_producer_settings_override_the_profile():
     cfg = _cfg(guarantee="at-least-once", producer={"acks": "1", "retries": 3})
     c = confluent.producer_config("h:1", txn=False, producer=producer_settings(cfg))
@@ -90,6 +99,7 @@ def test_a_duplicate_is_bad_except_at_least_once():
     ops = [*_send(0, 0, 0, 1, 0), *_send(1, 0, 0, 2, 1), *_send(2, 1, 0, 1, 2),
            *_poll(3, 2, [[0, 1], [1, 2], [2, 1]])]
     assert "duplicate" in _bad(ops, "exactly-once")
+    assert "duplicate" in _bad(ops, "idempotent")
     assert "duplicate" in _bad(ops, "at-most-once")
     assert "duplicate" not in _bad(ops, "at-least-once")
 
@@ -98,6 +108,7 @@ def test_a_lost_write_is_bad_except_at_most_once():
     ops = [*_send(0, 0, 0, 1, 0), *_send(1, 0, 0, 2, 1), *_send(2, 0, 0, 3, 2), *_poll(3, 2, [[0, 1], [2, 3]])]
     assert "lost-write" in _bad(ops, "exactly-once")
     assert "lost-write" in _bad(ops, "at-least-once")
+    assert "lost-write" in _bad(ops, "idempotent")
     assert "lost-write" not in _bad(ops, "at-most-once")
 
 

@@ -73,6 +73,23 @@ def parse_broker(out: str) -> list[Row]:
     if rate and (m := find(out, r"^reference: ([\d,]+) msg/s on 1 node")):
         rows.append(row(b, "RF3 acks=all vs 1 node acks=1", rate, "msg/s",
                         reference=f"1 node acks=1 {num(m[1]):,.0f} msg/s", ratio=rate / num(m[1])))
+    return rows + _broker_latency(out)
+
+
+def _broker_latency(out: str) -> list[Row]:
+    """One acks=all write in flight: produce->ack and produce->consumer, against a loopback round trip."""
+    b, rows = "broker", []
+    m = find(out, r"^latency, one acks=all write in flight \(fsync (\w+).*?produce->ack p50 ([\d.]+) p99 ([\d.]+) ms; "
+                  r"produce->consumer p50 ([\d.]+) p99 ([\d.]+) ms")
+    if not m:
+        return rows
+    rtt = find(out, r"^reference: loopback ping-pong between two processes p50 ([\d.]+)")
+    ref = dict(reference=f"loopback round trip p50 {num(rtt[1]):.2f} ms", ratio=num(m[2]) / num(rtt[1])) \
+        if rtt and num(rtt[1]) > 0 else {}
+    rows.append(row(b, f"acks=all produce->ack p50, one write in flight (fsync {m[1]})", num(m[2]), "ms",
+                    target="< 5 ms", met=num(m[2]) < 5, **ref))
+    rows.append(row(b, "same, p99", num(m[3]), "ms"))
+    rows.append(row(b, "produce->consumer p50 (same writes)", num(m[4]), "ms"))
     return rows
 
 

@@ -65,6 +65,17 @@ def test_broker_rows():
     assert len(rows) == 5
 
 
+def test_broker_latency_rows_when_the_script_prints_them():
+    assert not any("latency" in r["metric"] or "p99" in r["metric"] for r in run_all.parse_broker(sample("broker")))
+    rows = by_metric(run_all.parse_broker(sample("broker-latency")))
+    ack = rows["acks=all produce->ack p50, one write in flight (fsync always)"]
+    assert (ack["value"], ack["target"], ack["met"]) == (27.5, "< 5 ms", False)
+    assert ack["reference"] == "loopback round trip p50 0.08 ms" and ack["ratio"] == pytest.approx(27.5 / 0.08)
+    assert rows["same, p99"]["value"] == 92.1 and rows["produce->consumer p50 (same writes)"]["value"] == 29.1
+    assert rows["1 KiB acks=all RF3 3 nodes, fsync always"]["value"] == 9413  # the other figures still found
+    assert len(rows) == 8
+
+
 def test_jetstream_rows_come_from_its_rows_file(tmp_path):
     bench = next(b for b in run_all.BENCHES if b.name == "jetstream")
     rows = run_all.read_rows(bench, sample("jetstream"), DATA / "jetstream.rows.json")

@@ -173,18 +173,20 @@ class ConfluentClient(QueueClient):
 
     def close(self) -> None:
         p, c, self._producer, self._consumer = self._producer, self._consumer, None, None
+        if p is not None and self.txn and self._replaced and not self._txn_ready:
+            # A replaced producer's transaction may still be open: end it now rather than
+            # at the coordinator's timeout (the drain reads past it).
+            self._fence(p)
+        if self._txn_id is not None:
+            # Lent out again at once: a client closed under a hung call is fenced by the
+            # next one to take its id.
+            TXN_IDS.release(self._txn_id)
+            self._txn_id = None
         try:
             if p is not None:
-                if self.txn and self._replaced and not self._txn_ready:
-                    # A replaced producer's transaction may still be open: end it now
-                    # rather than at the coordinator's timeout (the drain reads past it).
-                    self._fence(p)
                 p.flush(1.0)
         except Exception:  # noqa: BLE001 - close never raises
             pass
-        if self._txn_id is not None:
-            TXN_IDS.release(self._txn_id)
-            self._txn_id = None
         try:
             if c is not None:
                 c.close()

@@ -147,15 +147,17 @@ class KafkaPythonClient(QueueClient):
             # A replaced producer's transaction may still be open: end it now, not at the
             # coordinator's timeout (the drain reads past it).
             self._fence(p)
+        if self._txn_id is not None:
+            # Lent out again at once: a client closed under a hung call is fenced by the
+            # next one to take its id.
+            TXN_IDS.release(self._txn_id)
+            self._txn_id = None
         for thing in (p, c):
             try:
                 if thing is not None:
                     thing.close(timeout=1) if thing is p else thing.close()
             except Exception:  # noqa: BLE001 - close never raises
                 pass
-        if self._txn_id is not None:
-            TXN_IDS.release(self._txn_id)
-            self._txn_id = None
 
     def _tp(self, k: int) -> TopicPartition:
         t, p = self.keymap.topic_partition(k)
@@ -277,6 +279,13 @@ class KafkaPythonClient(QueueClient):
                 return self._abort(op, value, err)
         if op.get("abort"):
             return self._abort_on_purpose(op, value, futures)
+        if (unsent := self._unsent(futures)) is not None:
+            # kafka-python fails an expired batch's future but leaves the transaction
+            # committable, so committing now would commit it without that record (seen under
+            # kills: an ok txn whose value never reached the log). Kafka's Java producer
+            # makes such a transaction abortable; abort it the same way.
+            _fill_done(value, futures)
+            return self._abort(op, value, unsent)
         try:
             self._producer.commit_transaction()
         except Exception as e:  # noqa: BLE001 - whether the commit happened is unknown: info
@@ -286,6 +295,20 @@ class KafkaPythonClient(QueueClient):
             return complete(op, INFO, value, error=_err_text(e))
         _fill_done(value, futures)
         return complete(op, OK, value)
+
+    def _unsent(self, futures: dict[int, Any]) -> BaseException | str | None:
+        """Why a send of the open transaction is not acknowledged after a flush, or None."""
+        assert self._producer is not None
+        try:
+            self._producer.flush(timeout=self.op_timeout)
+        except Exception as e:  # noqa: BLE001 - a flush that timed out leaves sends unacknowledged
+            return e
+        for fut in futures.values():
+            if not fut.is_done:
+                return "a send was not acknowledged before the commit"
+            if fut.failed():
+                return fut.exception
+        return None
 
     def _abort_on_purpose(self, op: Op, value: list[list[Any]], futures: dict[int, Any]) -> Op:
         """The generator's `abort` ops: the records reach their partitions and stay there

@@ -1,7 +1,8 @@
 """`logquake run --workload offsets` end to end: real lab brokers, real clients, real faults.
 
 Committed consumer-group offsets are registers; each run must be linearizable under the
-register model with no faults, with kills and with partitions. Slow: ~20 s of ops each.
+register model with no faults, with kills, with partitions and with the stale-leader recipe;
+with `election: unclean` that recipe must make it nonlinearizable. Slow: 20-60 s of ops each.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ from tests.conftest import requires_root_or_userns
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
-def _run(tmp_path: Path, *flags: str) -> tuple[int, Path, dict, str]:
+def _run(tmp_path: Path, *flags: str, **opts: str) -> tuple[int, Path, dict, str]:
+    """`logquake run --workload offsets` on 3 nodes; `opts` override the short run's flags."""
     requires_root_or_userns()
     results = tmp_path / "results"
+    settings = {"time_limit": "20", "rate": "50", "concurrency": "5", "seed": "7", **opts}
     cmd = [sys.executable, "-m", "logquake", "run", "--workload", "offsets", "--results-dir", str(results),
-           "--nodes", "3", "--time-limit", "20", "--rate", "50", "--concurrency", "5", "--seed", "7", *flags]
+           "--nodes", "3", *flags]
+    for k, v in settings.items():
+        cmd += [f"--{k.replace('_', '-')}", v]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
     out = p.stdout + p.stderr
     latest = results / "latest"
@@ -32,7 +37,7 @@ def _run(tmp_path: Path, *flags: str) -> tuple[int, Path, dict, str]:
     return p.returncode, run_dir, res, out
 
 
-@pytest.mark.parametrize("fault", [None, "kill", "partition"])
+@pytest.mark.parametrize("fault", [None, "kill", "partition", "stale-leader"])
 def test_an_offsets_run_is_linearizable(tmp_path, fault):
     flags = ("--nemesis", fault, "--nemesis-interval", "4") if fault else ()
     code, run_dir, res, out = _run(tmp_path, *flags)
@@ -51,3 +56,18 @@ def test_an_offsets_run_is_linearizable(tmp_path, fault):
     if fault:
         assert any(o["f"] == f"start-{fault}" for o in ops if o["process"] == "nemesis"), "no fault started"
     assert (run_dir / "report.html").is_file() and (run_dir / "junit.xml").is_file()
+
+
+def test_an_unclean_election_makes_an_offsets_run_nonlinearizable(tmp_path):
+    """A real broker fault the register check must catch: with `election: unclean`, the
+    stale-leader fault gets a node lacking committed offset commits elected coordinator, and
+    fetches go back to older offsets. (Caught in every run of seeds 4-7 when written.)"""
+    cfg = tmp_path / "unclean.yaml"
+    cfg.write_text("broker:\n  unsafe: {election: unclean}\n")
+    code, run_dir, res, out = _run(tmp_path, "--config", str(cfg), "--nemesis", "stale-leader",
+                                   "--nemesis-interval", "4", time_limit="60", rate="150", concurrency="6",
+                                   seed="4")
+    assert res.get("valid") is False, f"{json.dumps(res, indent=1)[:3000]}\n{out[-3000:]}"
+    assert code == 1 and res["bad_error_types"] == ["nonlinearizable"], out[-3000:]
+    err = res["anomalies"]["nonlinearizable"]["errs"][0]
+    assert err["op"]["f"] == "read" and "cannot be placed" in out, err  # a write is always allowed

@@ -51,6 +51,12 @@ def test_every_row_has_the_table_columns_and_every_parser_finds_figures():
         assert b.parse("") == [] and b.parse("Traceback (most recent call last):\n  boom\n") == []
 
 
+def test_every_benchmark_names_a_script_that_exists_and_a_sample_here():
+    for b in run_all.BENCHES:
+        assert (ROOT / "benchmarks" / b.script).is_file(), b.script
+        assert (DATA / f"{b.name}.out").is_file(), f"no captured output of {b.script} in {DATA}"
+
+
 def test_broker_rows():
     rows = by_metric(run_all.parse_broker(sample("broker")))
     ready = rows["3-node cluster ready (first acks=all write)"]

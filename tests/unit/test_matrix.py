@@ -45,6 +45,10 @@ def test_the_default_matrix_covers_every_unsafe_mode_and_nemesis():
     recall = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs" / "recall-matrix.yaml").read_text())
     assert [(u["mode"], u["nemesis"]) for u in DEFAULT_MATRIX["unsafe"]] == \
         [({k: str(v) if v is not False else "off" for k, v in u["mode"].items()}, u["nemesis"]) for u in recall["unsafe"]]
+    # and the same run settings (recall's base, plus each entry's own config)
+    for ours, theirs in zip(DEFAULT_MATRIX["unsafe"], recall["unsafe"], strict=True):
+        assert {k: v for k, v in ours.get("config", {}).items() if k != "nemesis_interval"} == \
+            {k: v for k, v in theirs.get("config", {}).items() if k != "nemesis_interval"}, ours["mode"]
     assert any(c.config.get("txn") for c in safe) and any(not c.config.get("txn") for c in safe)
     assert all(c.expect for c in m.cells if c.config.get("broker", {}).get("unsafe"))
 

@@ -203,7 +203,29 @@ def _parse_line(text: str) -> tuple[Op | None, str | None]:
         return None, f"process must be an integer or \"nemesis\", got {p!r}"
     if not isinstance(d["f"], str):
         return None, f"f must be a string, got {d['f']!r}"
-    return Op.from_dict(d), None
+    return _op_from_parsed(d), None
+
+
+# Op's slot descriptors: setting them directly builds a (frozen) Op ~3x faster than its
+# __init__, which matters when a history has millions of ops.
+_SLOTS = tuple(Op.__dict__[name].__set__ for name in CORE_FIELDS)
+
+
+def _op_from_parsed(d: dict[str, Any]) -> Op:
+    """Op.from_dict for a freshly decoded line: its dict becomes the op's `extra`."""
+    op = object.__new__(Op)
+    s_index, s_time, s_process, s_type, s_f, s_value = _SLOTS
+    s_index(op, d.pop("index"))
+    s_time(op, d.pop("time"))
+    s_process(op, d.pop("process"))
+    s_type(op, d.pop("type"))
+    s_f(op, d.pop("f"))
+    s_value(op, d.pop("value", None))
+    _SET_EXTRA(op, d)
+    return op
+
+
+_SET_EXTRA = Op.__dict__["extra"].__set__
 
 
 def read_history(path: str | os.PathLike[str], *, validate: bool = True) -> Iterator[Op]:

@@ -274,8 +274,23 @@ def timeline_figure(d: Digest) -> Figure:
 
 # The verdict's colours for a processing count: 1 is the promise; 0 and >1 are bad unless the
 # guarantee allows them (at-most-once may lose, at-least-once may repeat).
-PROCESSING_ALLOWED = {"at-most-once": "lost", "at-least-once": "repeated", "exactly-once": ""}
-PROFILE_COLOURS = {"at-most-once": "#e8890c", "at-least-once": "#1c7ed6", "exactly-once": "#2b8a3e"}
+PROFILE_COLOURS = {"at-most-once": "#e8890c", "at-least-once": "#1c7ed6", "idempotent": "#ae3ec9",
+                   "exactly-once": "#2b8a3e"}
+
+
+def processing_allowed(guarantee: str) -> frozenset[str]:
+    """What a profile tolerates of a value's processing count: "lost" (0), "repeated" (> 1).
+
+    Read from the profile's own allowed anomaly types, so a new profile needs no table here;
+    an unknown name (an old run, a typo) tolerates nothing.
+    """
+    from logquake.workloads.profiles import PROFILES
+
+    prof = PROFILES.get(guarantee)
+    if prof is None:
+        return frozenset()
+    return frozenset(word for word, anomaly in (("lost", "lost-processing"), ("repeated", "double-processing"))
+                     if anomaly in prof.allowed)
 
 
 def processing_counts(raw: Any) -> dict[int, int] | None:
@@ -292,8 +307,8 @@ def processing_counts(raw: Any) -> dict[int, int] | None:
 def _processing_colour(times: int, guarantee: str) -> str:
     if times == 1:
         return OUTCOME_COLOURS["ok"]
-    allowed = PROCESSING_ALLOWED.get(guarantee, "")
-    tolerated = (times == 0 and allowed == "lost") or (times > 1 and allowed == "repeated")
+    allowed = processing_allowed(guarantee)
+    tolerated = (times == 0 and "lost" in allowed) or (times > 1 and "repeated" in allowed)
     return OUTCOME_COLOURS["info"] if tolerated else OUTCOME_COLOURS["fail"]
 
 

@@ -282,6 +282,7 @@ class Processing:
     guarantee: str
     inputs: int
     rows: list[tuple[int, int, float, str]]  # times processed, input values, % of inputs, verdict
+    tolerates: str  # in words: what the profile allows besides processing once
 
 
 def run_guarantee(files: RunFiles) -> str:
@@ -300,17 +301,24 @@ def processing_of(files: RunFiles) -> Processing | None:
         return None
     guarantee = run_guarantee(files)
     total = sum(counts.values())
-    allowed = plots.PROCESSING_ALLOWED.get(guarantee, "")
+    allowed = plots.processing_allowed(guarantee)
     rows = []
     for times, n in counts.items():
         if times == 1:
             verdict = "the promise"
-        elif (times == 0 and allowed == "lost") or (times > 1 and allowed == "repeated"):
+        elif (times == 0 and "lost" in allowed) or (times > 1 and "repeated" in allowed):
             verdict = f"allowed by {guarantee}"
         else:
             verdict = "bad" if n else "-"
         rows.append((times, n, 100 * n / total if total else 0.0, verdict))
-    return Processing(guarantee=guarantee, inputs=total, rows=rows)
+    from logquake.workloads.profiles import PROFILES
+
+    words = {frozenset(): "allows nothing else", frozenset({"lost"}): "allows 0 (lost), never more than 1",
+             frozenset({"repeated"}): "allows more than 1 (repeated), never 0",
+             frozenset({"lost", "repeated"}): "allows 0 and more than 1"}
+    tolerates = (words[allowed] if guarantee in PROFILES
+                 else "is not a known profile, so every count other than 1 is shown as bad")
+    return Processing(guarantee=guarantee, inputs=total, rows=rows, tolerates=tolerates)
 
 
 HIDDEN_PARAMS = ("seed", "start_time", "run_dir", "config")

@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
 from logquake.workloads.profiles import Profile
@@ -30,6 +30,8 @@ from logquake.workloads.profiles import Profile
 log = logging.getLogger("logquake.pipeline")
 
 GROUP = "lq-pipeline"
+# A transactional call given `TXN_CALL_S` as its own timeout is abandoned after this long.
+TXN_CALL_S, TXN_CALL_GRACE_S = 15.0, 5.0
 
 
 def in_topic(k: int) -> str:
@@ -194,16 +196,18 @@ class Worker:
     def _in_transaction(self, msgs: list[Any], offsets: list[TopicPartition], value: dict[str, Any]) -> None:
         self.producer.begin_transaction()
         self._send(msgs, value)
-        self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 15.0)
-        self.producer.commit_transaction(15.0)
+        p, group = self.producer, self.consumer.consumer_group_metadata()
+        _bounded(lambda: p.send_offsets_to_transaction(offsets, group, TXN_CALL_S))
+        _bounded(lambda: p.commit_transaction(TXN_CALL_S))
 
     def _aborted(self, e: KafkaException) -> bool:
         """Abort the open transaction; True when the abort is confirmed (nothing visible)."""
         err = e.args[0] if e.args else None
         if err is not None and hasattr(err, "txn_requires_abort") and not err.txn_requires_abort():
             return False
+        p = self.producer
         try:
-            self.producer.abort_transaction(15.0)
+            _bounded(lambda: p.abort_transaction(TXN_CALL_S))
             return True
         except KafkaException:
             return False
@@ -223,6 +227,32 @@ class Worker:
                                                   tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
             except KafkaException as e:
                 log.info("seek failed (partition moved in a rebalance?): %s", e)
+
+
+def _bounded(call: Callable[[], Any]) -> None:
+    """Run a transactional producer call on a helper thread; if it outlives its own timeout
+    by TXN_CALL_GRACE_S, raise a timed-out KafkaException and leave it running.
+
+    librdkafka's send_offsets_to_transaction can block past its timeout while the group
+    coordinator is down (librdkafka issue 5456: seen here as workers stuck for the whole
+    drain after a kill). The caller then records the op as info and replaces the producer;
+    the new one's init_transactions fences the stuck one.
+    """
+    done, raised = threading.Event(), []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            raised.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="pipe-txn-call").start()
+    if not done.wait(TXN_CALL_S + TXN_CALL_GRACE_S):
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "transactional call still running: abandoned"))
+    if raised:
+        raise raised[0]
 
 
 def _key(topic: str) -> int:

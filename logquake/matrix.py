@@ -13,7 +13,8 @@ workload preset or the unsafe entry's `config` (so a cell that needs a longer ru
 
 `guarantees` (a list of delivery guarantee profiles, or `--guarantee`) is a further axis:
 every safe cell, and every unsafe one, runs once per profile, named `.../<profile>`. A
-preset or unsafe entry that names its own `guarantee` keeps it (one cell). Combinations
+preset or unsafe entry that names its own `guarantee` keeps it (one cell), as does the
+`offsets` workload (consumer-group offsets: no producer a profile could set). Combinations
 that cannot mean anything are left out and listed in `Matrix.skipped`: transactions under
 at-most-once (a transactional producer is idempotent), and an unsafe mode whose expected
 anomalies the profile all allows (lost writes under at-most-once are no broken promise);
@@ -196,7 +197,7 @@ def _guarantees(value: Any, where: str) -> list[str]:
 def _per_profile(name: str, cfg: dict[str, Any], axis: list[str], pinned: bool,
                  skipped: list[str]) -> list[tuple[str, dict[str, Any], str]]:
     """(cell name, config, profile) for each profile of the axis this cell runs under."""
-    if not axis or pinned:
+    if not axis or pinned or cfg.get("workload") == "offsets":  # offsets: no producer, no profile to vary
         return [(name, cfg, "")]
     out = []
     for g in axis:

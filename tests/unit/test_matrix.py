@@ -219,13 +219,13 @@ def test_the_guarantees_axis_runs_each_cell_under_each_profile_and_labels_it():
 
 def test_every_cell_of_the_default_matrix_under_every_profile_is_a_config_the_runner_accepts():
     from logquake.config import resolve_config
-    from logquake.workloads.profiles import apply_profile
+    from logquake.workloads.profiles import PROFILES, apply_profile
 
-    m = load_matrix(None, guarantees=["at-most-once", "at-least-once", "exactly-once"])
+    m = load_matrix(None, guarantees=list(PROFILES))
     for c in m.cells:
         cfg = apply_profile(resolve_config(None, c.config))  # raises ConfigError for a bad pairing
         assert cfg.guarantee == c.guarantee, c.name
-    assert {c.guarantee for c in m.cells} == {"at-most-once", "at-least-once", "exactly-once"}
+    assert {c.guarantee for c in m.cells} == set(PROFILES)
 
 
 def test_without_the_axis_names_stay_and_rows_still_carry_their_profile():
@@ -233,6 +233,13 @@ def test_without_the_axis_names_stay_and_rows_still_carry_their_profile():
     assert all(c.name.count("/") == 2 for c in m.cells) and m.skipped == ()
     assert {c.guarantee for c in m.cells if "dedup" not in c.name} == {"at-least-once"}
     assert next(c for c in m.cells if "dedup" in c.name).guarantee == "exactly-once"
+
+
+def test_the_offsets_workload_is_not_multiplied_by_profiles():
+    m = parse_matrix({"guarantees": ["at-least-once", "exactly-once"],
+                      "safe": {"workloads": {"offsets": {"workload": "offsets"}, "queue": {}}, "nemeses": ["kill"]}})
+    assert [c.name for c in m.cells] == ["safe/offsets/kill", "safe/queue/kill/at-least-once",
+                                         "safe/queue/kill/exactly-once"]
 
 
 def test_the_flag_replaces_the_files_axis_and_takes_commas():

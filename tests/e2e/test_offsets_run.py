@@ -1,7 +1,8 @@
 """`logquake run --workload offsets` end to end: real lab brokers, real clients, real faults.
 
 Committed consumer-group offsets are registers; each run must be linearizable under the
-register model with no faults, with kills, with partitions and with the stale-leader recipe;
+register model with no faults, with kills (confluent-kafka and kafka-python), with partitions and
+with the stale-leader recipe;
 with `election: unclean` that recipe must make it nonlinearizable. Slow: 20-60 s of ops each.
 """
 
@@ -37,10 +38,12 @@ def _run(tmp_path: Path, *flags: str, **opts: str) -> tuple[int, Path, dict, str
     return p.returncode, run_dir, res, out
 
 
-@pytest.mark.parametrize("fault", [None, "kill", "partition", "stale-leader"])
-def test_an_offsets_run_is_linearizable(tmp_path, fault):
+@pytest.mark.parametrize(("fault", "client"), [(None, "confluent"), ("kill", "confluent"),
+                                               ("partition", "confluent"), ("stale-leader", "confluent"),
+                                               ("kill", "kafka-python")])
+def test_an_offsets_run_is_linearizable(tmp_path, fault, client):
     flags = ("--nemesis", fault, "--nemesis-interval", "4") if fault else ()
-    code, run_dir, res, out = _run(tmp_path, *flags)
+    code, run_dir, res, out = _run(tmp_path, *flags, client=client)
     assert res.get("valid") is True, f"{json.dumps(res, indent=1)[:3000]}\n{out[-3000:]}"
     assert code == 0, out
     assert "over 6 key(s) -> linearizable" in out.replace("\n", " "), out[-2000:]

@@ -1,9 +1,9 @@
 """`logquake run --workload offsets` end to end: real lab brokers, real clients, real faults.
 
 Committed consumer-group offsets are registers; each run must be linearizable under the
-register model with no faults, with kills (confluent-kafka and kafka-python), with partitions and
-with the stale-leader recipe;
-with `election: unclean` that recipe must make it nonlinearizable. Slow: 20-60 s of ops each.
+register model with no faults, with kills (confluent-kafka and kafka-python), with partitions
+and with the stale-leader recipe; with `election: unclean` that recipe must make it
+nonlinearizable. Slow: 20-60 s of ops each.
 """
 
 from __future__ import annotations

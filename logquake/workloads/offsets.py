@@ -228,7 +228,7 @@ class ConfluentOffsetsClient:
         self.op_timeout = op_timeout
         self._bootstrap = ""
         self._consumers: dict[str, Consumer] = {}
-        self._outcomes: dict[tuple[str, int, int], KafkaError | None] = {}  # on_commit's answers
+        self._outcomes: dict[tuple[str, str, int, int], KafkaError | None] = {}  # on_commit's answers
 
     def open(self, bootstrap_servers: str) -> None:
         self._bootstrap = bootstrap_servers
@@ -238,14 +238,16 @@ class ConfluentOffsetsClient:
         group = self.keys.group(k)
         c = self._consumers.get(group)
         if c is None:
-            conf = {**consumer_config(self._bootstrap, group), "on_commit": self._on_commit}
+            conf = {**consumer_config(self._bootstrap, group),
+                    "on_commit": lambda err, parts: self._on_commit(group, err, parts)}
             c = self._consumers[group] = Consumer(conf, logger=log)
         return c
 
-    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        # Values are unique per key, so (topic, partition, offset) names the op it answers.
+    def _on_commit(self, group: str, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        # Values are unique per key, so (group, topic, partition, offset) names the op it answers,
+        # even an earlier op's commit answered late, after that op ended info.
         for tp in partitions:
-            self._outcomes[(tp.topic, tp.partition, tp.offset)] = tp.error if tp.error is not None else err
+            self._outcomes[(group, tp.topic, tp.partition, tp.offset)] = tp.error if tp.error is not None else err
 
     def invoke(self, op: Op) -> Op:
         return self._write(op) if op.f == "write" else self._read(op)
@@ -261,12 +263,13 @@ class ConfluentOffsetsClient:
         except KafkaException as e:
             return complete(op, classify_commit(_error(e)), op.value, error=_err_text(e))
         deadline = time.monotonic() + self.op_timeout
-        while (topic, p, v) not in self._outcomes:
+        key = (self.keys.group(k), topic, p, v)
+        while key not in self._outcomes:
             if time.monotonic() > deadline:
                 # The request may still be sent or retried: it can take effect later.
                 return complete(op, INFO, op.value, error="timeout")
             c.poll(0.05)  # serves on_commit; this consumer has nothing assigned to fetch
-        err = self._outcomes.pop((topic, p, v))
+        err = self._outcomes.pop(key)
         if err is not None:
             return complete(op, classify_commit(err), op.value, error=_err_text(err))
         return complete(op, OK, [k, v])

@@ -31,7 +31,6 @@ from logquake.checker.queue_index import (
     CONTIGUOUS,
     FIRST,
     LAST,
-    MAX_OFFSET,
     QueueIndex,
     Txn,
     build_index,
@@ -584,9 +583,10 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
 
 
 def _max_offsets(t: Txn) -> dict[Any, int]:
-    out: dict[Any, int] = {
-        k: pos[MAX_OFFSET] for k, pos in zip(t.reads, t.pos, strict=True) if pos[MAX_OFFSET] >= 0
-    }
+    """Highest known offset per key that t read or sent (not to be modified)."""
+    if not t.sends:
+        return t.max_read
+    out = dict(t.max_read)
     for k, _, o in t.sends:
         if o is not None and o > out.get(k, -1):
             out[k] = o

@@ -26,7 +26,8 @@ INF = float("inf")
 _first, _second = itemgetter(0), itemgetter(1)
 
 
-_NO_POS: list = []  # shared by ops without reads (never appended to)
+_NO_POS: list = []  # shared by ops without reads (never added to)
+_NO_MAX: dict = {}
 
 
 class Txn:
@@ -49,6 +50,7 @@ class Txn:
         "inv_time",
         "committed",
         "pos",
+        "max_read",
     )
 
     def __init__(self, id: int, op: Op, inv: Op | None, sends: list, reads: dict) -> None:
@@ -64,6 +66,7 @@ class Txn:
         self.comp_index = INF if op.type == INFO else op.index
         self.committed = op.type == OK
         self.pos: list[tuple] = _NO_POS  # per key read, in `reads` order: see _positions
+        self.max_read: dict[Any, int] = _NO_MAX  # key -> highest known offset read
 
     @property
     def is_node(self) -> bool:
@@ -307,10 +310,11 @@ def _version_orders(ix: QueueIndex, pairs_of: dict[Any, list]) -> None:
     logs: dict[Any, dict] = {}
     mixed: list = []  # keys where some offset holds two values
     for k, allp in pairs_of.items():
-        log = logs[k] = dict(allp)
+        offs, vals = list(map(_first, allp)), list(map(_second, allp))
+        log = logs[k] = dict(zip(offs, vals, strict=True))
         log.pop(None, None)
         # Does every pair agree with the log? One C-level comparison of two lists.
-        if list(map(log.get, map(_first, allp))) != list(map(_second, allp)):
+        if list(map(log.get, offs)) != vals:
             mixed.append(k)
     # Info txns' sends were gathered last: redo those keys in history order, so each
     # offset lists its values in the order they were first seen.
@@ -341,11 +345,11 @@ def _pairs_in_order(ix: QueueIndex, keys: list) -> dict[Any, list]:
 
 
 # Txn.pos entries: where one op's reads of one key landed in the key's version order.
-FIRST, LAST, CONTIGUOUS, MAX_OFFSET = range(4)
+FIRST, LAST, CONTIGUOUS = range(3)
 # FIRST / LAST: dense index of the first / last pair's offset (None: unknown offset);
-# CONTIGUOUS: the pairs hold consecutive dense indices, in order; MAX_OFFSET: the
-# highest known offset read, -1 if none. Plain tuples: there is one per read of a key.
-_NOWHERE = (None, None, False, -1)
+# CONTIGUOUS: the pairs hold consecutive dense indices, in order. Plain tuples: there
+# is one per read of a key.
+_NOWHERE = (None, None, False)
 
 
 def _positions(ix: QueueIndex) -> None:
@@ -359,6 +363,7 @@ def _positions(ix: QueueIndex) -> None:
         if not t.reads:
             continue
         t.pos = pos = []
+        t.max_read = max_read = {}
         for k, pairs in t.reads.items():
             ko = orders[k]
             io = ko.index_of_offset
@@ -367,14 +372,17 @@ def _positions(ix: QueueIndex) -> None:
                 pos.append(_NOWHERE)
                 continue
             a, b = io.get(offs[0]), io.get(offs[-1])
-            contiguous = a is not None and b == a + len(offs) - 1 and offs == ko.offsets[a : b + 1]
+            if a is not None and b == a + len(offs) - 1 and offs == ko.offsets[a : b + 1]:
+                pos.append((a, b, True))
+                max_read[k] = offs[-1]
+                continue
+            pos.append((a, b, False))
             try:
                 m = max(offs)
             except TypeError:  # an unknown (null) offset
                 m = max((o for o in offs if o is not None), default=-1)
-            if m is None:  # the only offset is unknown
-                m = -1
-            pos.append((a, b, contiguous, m))
+            if m is not None and m >= 0:  # None: the only offset is unknown
+                max_read[k] = m
 
 
 def _conflicts(allp: list) -> dict[int, list]:

@@ -369,18 +369,31 @@ class KafkaPythonOffsetsClient:
             got = c.committed(tp, timeout_ms=timeout_ms)
         except Exception as e:  # noqa: BLE001 - classified below; anything unlisted is info
             text = f"{type(e).__name__}: {e}"
+            # kafka-python hands a later committed() of the same partitions the request still
+            # pending from a timed-out one: an answer from before that later call began,
+            # which would look like a stale read. A fresh consumer has no such leftovers.
+            self._drop(self.keys.group(k))
             if op.f == "read":  # a read changes nothing: see ConfluentOffsetsClient._read
                 return complete(op, FAIL, op.value, error=text)
             return complete(op, FAIL if type(e) in self._fail else INFO, op.value, error=text)
         return complete(op, OK, [k, got if got is not None and got >= 0 else None])
 
+    def _drop(self, group: str) -> None:
+        c = self._consumers.pop(group, None)
+        if c is not None:
+            _close_kafka_python(c)
+
     def close(self) -> None:
         consumers, self._consumers = list(self._consumers.values()), {}
         for c in consumers:
-            try:
-                c.close(autocommit=False)
-            except Exception:  # noqa: BLE001 - close never raises
-                pass
+            _close_kafka_python(c)
+
+
+def _close_kafka_python(c: Any) -> None:
+    try:
+        c.close(autocommit=False)
+    except Exception:  # noqa: BLE001 - close never raises
+        pass
 
 
 # -- from a TestConfig ------------------------------------------------------------------

@@ -90,7 +90,7 @@ def run(
 @app.command()
 def check(
     history: Annotated[Path, typer.Argument(help="A history.jsonl file (or a run directory).")],
-    sub_via: Annotated[str, typer.Option("--sub-via", help="assign or subscribe.")] = "assign",
+    sub_via: Annotated[str | None, typer.Option("--sub-via", help="assign or subscribe.")] = None,
     txn: Annotated[bool, typer.Option("--txn", help="The workload used transactions.")] = False,
     no_ww_deps: Annotated[
         bool, typer.Option("--no-ww-deps", help="Infer no write-write edges (G1c becomes bad).")
@@ -109,13 +109,16 @@ def check(
 ) -> None:
     """Check a stored history; exit 0 valid, 1 invalid, 2 unknown.
 
-    HISTORY may also be a Jepsen history.edn or jepsen.log (e.g. with --model cas-register).
+    A run directory is checked as its run was (workload, sub-via, txn, guarantee from its
+    test.json; flags override). HISTORY may also be a Jepsen history.edn or jepsen.log
+    (e.g. with --model cas-register).
     """
     import json
 
     from logquake.checker import MODELS, CheckOptions, check_history, check_linearizable
     from logquake.checker.linear import summary_lines
     from logquake.checker.summary import render_summary
+    from logquake.config import load_run_config
     from logquake.errors import ConfigError
     from logquake.history_import import load_any_history
 
@@ -123,17 +126,35 @@ def check(
         raise ConfigError("--model", f"unknown model {model!r}; expected one of {', '.join(sorted(MODELS))}")
 
     path = history / "history.jsonl" if history.is_dir() else history
+    run_cfg = None
+    if model is None and history.is_dir() and (history / "test.json").is_file():
+        run_cfg = load_run_config(history, {"sub_via": sub_via, "txn": txn or None, "guarantee": guarantee,
+                                            "ww_deps": False if no_ww_deps else None,
+                                            "ignore": list(ignore) if ignore else None})
     try:
-        opts = CheckOptions(sub_via=sub_via, txn=txn, ww_deps=not no_ww_deps, ignore=tuple(ignore or ()),
-                            guarantee=guarantee)
+        opts = CheckOptions(sub_via=sub_via or "assign", txn=txn, ww_deps=not no_ww_deps,
+                            ignore=tuple(ignore or ()), guarantee=guarantee)
     except ValueError as e:
         raise ConfigError("check", str(e)) from None
     with err_console.status(f"reading {path}"):
         ops = load_any_history(path)
     with err_console.status(f"checking {len(ops)} ops"):
-        result = check_history(ops, opts) if model is None else check_linearizable(ops, MODELS[model])
+        if model is not None:
+            result = check_linearizable(ops, MODELS[model])
+        elif run_cfg is not None:  # the runner's own choice of analysis for this workload
+            from logquake.runner import check as runner_check
+
+            result = runner_check(ops, run_cfg)
+        else:
+            result = check_history(ops, opts)
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
+    elif run_cfg is not None:  # as `logquake run` ends: its verdict table, a register explanation
+        from logquake.runner import verdict_table
+
+        Console().print(verdict_table(result))
+        if "linear" in result:
+            Console().print("\n".join(summary_lines(result)), highlight=False, markup=False)
     elif model is not None:
         Console().print("\n".join(summary_lines(result)), highlight=False, markup=False)
     else:

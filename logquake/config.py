@@ -26,7 +26,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     ww_deps           infer write-write order for the cycle search                   (true)
     results_dir       where run directories go                                       (results)
     broker            node config passed to every broker (fsync, unsafe: {...})      ({})
-    producer          client producer settings, library-neutral: {acks: 1, retries: 0}
+    producer          client producer settings, library-neutral: {acks: 1, retries: 0,
+                      idempotence: true}
                       (default acks=all, idempotent; acks=1 is for testing the harness)  ({})
     bootstrap_servers external backend: host:port list                               ([])
     hosts             ssh and external backends: one mapping per node, e.g. {name: n1,
@@ -201,10 +202,12 @@ def _validate_value(key: str, value: Any) -> Any:
                 raise ConfigError(key, f"expected a list of mappings, got {value!r}")
             return items
         case "producer":
-            if not isinstance(value, dict) or not set(value) <= {"acks", "retries"}:
-                raise ConfigError(key, f"expected a mapping with acks and/or retries, got {value!r}")
+            if not isinstance(value, dict) or not set(value) <= {"acks", "retries", "idempotence"}:
+                raise ConfigError(key, f"expected a mapping with acks, retries and/or idempotence, got {value!r}")
             if "acks" in value and str(value["acks"]) not in ("all", "-1", "0", "1"):
                 raise ConfigError(key, f"acks must be all, -1, 0 or 1, got {value['acks']!r}")
+            if "idempotence" in value:
+                value = {**value, "idempotence": _bool(f"{key}.idempotence", value["idempotence"])}
             return dict(value)
         case "broker":
             if not isinstance(value, dict):
@@ -262,6 +265,20 @@ def resolve_config(
             hint="lower replication_factor or raise nodes",
         )
     return cfg
+
+
+def load_run_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> TestConfig:
+    """The config a run used, from its test.json (run facts beside the keys are skipped), then `overrides`."""
+    path = Path(run_dir) / "test.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError("test.json", f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("test.json", f"{path} must hold an object, got {type(data).__name__}")
+    values = {k: v for k, v in data.items() if k in KEYS}
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return resolve_config(None, values)
 
 
 def save_config(cfg: TestConfig, path: str | Path, **extra: Any) -> None:

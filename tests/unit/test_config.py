@@ -81,3 +81,15 @@ def test_seed_is_resolved_and_saved(tmp_path) -> None:
     data = json.loads((tmp_path / "test.json").read_text())
     assert data["seed"] == cfg.seed and data["start"] == "now"
     assert resolve_config(None, {"seed": 7}).with_seed().seed == 7
+
+
+def test_producer_settings_round_trip_through_test_json(tmp_path) -> None:
+    """A run's saved producer settings (the profile adds idempotence) load back as its config."""
+    from logquake.config import load_run_config
+
+    cfg = resolve_config(None, {"producer": {"acks": "all", "idempotence": "yes"}, "workload": "offsets"})
+    assert cfg.producer == {"acks": "all", "idempotence": True}
+    save_config(cfg, tmp_path / "test.json", start="now")
+    assert load_run_config(tmp_path) == cfg
+    with pytest.raises(ConfigError, match="producer.idempotence"):
+        resolve_config(None, {"producer": {"idempotence": "sometimes"}})

@@ -346,6 +346,7 @@ def profiles_figure(by_profile: dict[str, dict[int, int]]) -> Figure:
         traces.append({
             "type": "bar", "x": xs, "y": [100 * y / total for y in ys], "name": f"{guarantee} ({total:,} inputs)",
             "customdata": ys, "marker": {"color": PROFILE_COLOURS.get(guarantee, FAULT_COLOURS[i % len(FAULT_COLOURS)])},
+            "text": [f"{y:,}" if y else "" for y in ys], "textposition": "outside",  # small bars stay readable
             "hovertemplate": f"{guarantee}: processed %{{x}} times: %{{customdata:,}} values (%{{y:.2f}}%)"
                              "<extra></extra>",
         })

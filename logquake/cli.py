@@ -222,7 +222,7 @@ def test_all(
     guarantee: Annotated[
         list[str] | None,
         typer.Option("--guarantee", help="Run every cell under each of these delivery guarantee profiles: "
-                                         "at-most-once | at-least-once | exactly-once (repeatable or "
+                                         "at-most-once | at-least-once | idempotent | exactly-once (repeatable or "
                                          "comma-separated; replaces the matrix's `guarantees`)."),
     ] = None,
 ) -> None:

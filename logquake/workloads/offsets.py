@@ -52,9 +52,13 @@ READ_SHARE = 0.5
 
 @dataclass(frozen=True, kw_only=True)
 class OffsetKeys:
-    """The fixed set of keys: `groups` x `partitions` (group, partition) pairs of one topic."""
+    """The fixed set of keys: `groups` x `partitions` (group, partition) pairs of one topic.
 
-    groups: int = 3
+    Four groups, so that each of logquake's broker's three `__consumer_offsets` partitions
+    coordinates at least one (faults aimed at a coordinator then always hit some key).
+    """
+
+    groups: int = 4
     partitions: int = 2
     topic: str = TOPIC
 
@@ -405,7 +409,7 @@ def make_generator(cfg: TestConfig) -> OffsetsGenerator:
 
 
 def offset_keys(cfg: TestConfig) -> OffsetKeys:
-    """3 groups x `partitions` (at least 2) partitions."""
+    """4 groups x `partitions` (at least 2) partitions."""
     return OffsetKeys(partitions=max(2, cfg.partitions))
 
 

@@ -46,10 +46,10 @@ def test_an_offsets_run_is_linearizable(tmp_path, fault, client):
     code, run_dir, res, out = _run(tmp_path, *flags, client=client)
     assert res.get("valid") is True, f"{json.dumps(res, indent=1)[:3000]}\n{out[-3000:]}"
     assert code == 0, out
-    assert "over 6 key(s) -> linearizable" in out.replace("\n", " "), out[-2000:]
+    assert "over 8 key(s) -> linearizable" in out.replace("\n", " "), out[-2000:]
     assert run_dir.parent.name == "offsets"  # the default test name is the workload
     lin = res["linear"]
-    assert lin["model"] == "register" and lin["keys"] == 6 and lin["unknown_key_count"] == 0, lin
+    assert lin["model"] == "register" and lin["keys"] == 8 and lin["unknown_key_count"] == 0, lin
     assert res["offsets"]["keys"]["5"] == "lq-offsets-2 lq-offsets/1"
     ops = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
     client = [o for o in ops if o["process"] != "nemesis"]
@@ -64,13 +64,20 @@ def test_an_offsets_run_is_linearizable(tmp_path, fault, client):
 def test_an_unclean_election_makes_an_offsets_run_nonlinearizable(tmp_path):
     """A real broker fault the register check must catch: with `election: unclean`, the
     stale-leader fault gets a node lacking committed offset commits elected coordinator, and
-    fetches go back to older offsets. (Caught in every run of seeds 4-7 when written.)"""
+    fetches go back to older offsets. Whether a 60 s run hits it depends on timing (5 of 6
+    runs did when written), so up to three seeds are tried: the first that catches it passes."""
     cfg = tmp_path / "unclean.yaml"
     cfg.write_text("broker:\n  unsafe: {election: unclean}\n")
-    code, run_dir, res, out = _run(tmp_path, "--config", str(cfg), "--nemesis", "stale-leader",
-                                   "--nemesis-interval", "4", time_limit="60", rate="150", concurrency="6",
-                                   seed="4")
-    assert res.get("valid") is False, f"{json.dumps(res, indent=1)[:3000]}\n{out[-3000:]}"
+    missed = []
+    for seed in ("4", "5", "6"):
+        code, run_dir, res, out = _run(tmp_path / seed, "--config", str(cfg), "--nemesis", "stale-leader",
+                                       "--nemesis-interval", "4", time_limit="60", rate="150",
+                                       concurrency="6", seed=seed)
+        if res.get("valid") is False:
+            break
+        missed.append(f"seed {seed}: valid={res.get('valid')!r}, {out[-600:]}")
+    else:
+        raise AssertionError("an unclean election went unnoticed in 3 runs:\n" + "\n".join(missed))
     assert code == 1 and res["bad_error_types"] == ["nonlinearizable"], out[-3000:]
     err = res["anomalies"]["nonlinearizable"]["errs"][0]
     assert err["op"]["f"] == "read" and "cannot be placed" in out, err  # a write is always allowed

@@ -202,7 +202,7 @@ def test_the_runner_runs_offsets_and_checks_them_as_registers(tmp_path):
         out = run_test(cfg, cluster=lambda cfg, run_dir: StaticCluster(c.bootstrap_servers))
     assert out.valid is True, out.results
     assert out.run_dir.parent.name == "offsets"
-    assert out.results["linear"]["model"] == "register" and out.results["linear"]["keys"] == 6
+    assert out.results["linear"]["model"] == "register" and out.results["linear"]["keys"] == 8
     ops = load_history(out.run_dir / "history.jsonl")
     assert {o.f for o in ops} == {"read", "write"}
     assert sum(1 for o in ops if o.f == "write" and o.type == OK) > 10
@@ -211,4 +211,4 @@ def test_the_runner_runs_offsets_and_checks_them_as_registers(tmp_path):
     for w in range(3):
         drained = {o.value[0] for o in ops if o.index > last_write and o.type == OK and o.f == "read"
                    and o.process % 3 == w}
-        assert drained == set(range(6)), (w, drained)
+        assert drained == set(range(8)), (w, drained)

@@ -5,11 +5,13 @@ it replicates, created as the metadata log assigns them. The loop (`_ready_loop`
 etcd's shell contract for all groups at once, which is where batching happens:
 
     collect a Ready from every group that has one
-    send leaders' appends and heartbeats, grouped per peer into one frame (all groups together)
-    write their entries and hard states, then one fsync per written log (policy `always`), in a thread
+    send leaders' appends, heartbeats and heartbeat answers, grouped per peer into one frame
+    apply committed entries (answers acks=all, wakes long-polling fetches): durable on a majority
+    write their entries and hard states, then one fsync per written log (policy `always`), in a
+        thread (inline when small and unsynced); meanwhile, on every kick, apply entries that
+        became committed and send heartbeats/appends (`RaftNode.take_committed/take_messages`)
     send the other messages (votes, acknowledgements): only now that what they promise is durable
-    answer acks=1 requests now persisted; apply committed entries (answers acks=all)
-    advance every Ready
+    answer acks=1 requests now persisted; advance every Ready
 
 Timers: every `tick_ms` each group ticks. Fsync policy: `always` syncs before messages go
 out (so a follower acknowledges only durable entries); `interval` syncs on a timer; `never`
@@ -41,9 +43,9 @@ from logquake.broker.metadata import (
 )
 from logquake.broker.nodeconfig import NodeConfig
 from logquake.broker.raft import (
+    EARLY_KINDS,
     LEADER,
     Message,
-    MsgKind,
     RaftConfig,
     RaftNode,
     Ready,
@@ -60,7 +62,6 @@ __all__ = ["Node"]
 log = logging.getLogger("logquake.broker.node")
 
 CH_RAFT, CH_FORWARD, CH_LEADERS = 0, 1, 2
-_LEADER_KINDS = (MsgKind.APPEND, MsgKind.HEARTBEAT)
 META_NAME = "meta"
 PID_BLOCK = 1000
 
@@ -231,30 +232,60 @@ class Node:
             self._check_leadership()
             return
         # A leader's appends and heartbeats may go out before its own write (Raft thesis
-        # §10.2.1): it counts itself toward a majority only up to what it has persisted. Every
-        # other message (votes, acknowledgements) waits until the write is durable.
+        # §10.2.1): it counts itself toward a majority only up to what it has persisted; so may
+        # heartbeat answers, which claim nothing durable. Every other message (votes, append
+        # acknowledgements) waits until the write is durable.
         early, late = [], []
         for _, rd in readies:
             for m in rd.messages:
-                (early if m.kind in _LEADER_KINDS else late).append(m)
+                (early if m.kind in EARLY_KINDS else late).append(m)
         self._send(early)
-        writes = [(g.store, rd.entries, rd.hard_state) for g, rd in readies
-                  if rd.entries or rd.hard_state is not None]
-        if writes:
-            await self._persist(writes)
-        self._send(late)
+        # Committed entries are applied before this turn's write: they are durable on a
+        # majority already (a leader's own are on its disk too), so acks=all answers and
+        # long-polling fetches need not wait for a fsync that does not concern them.
         for g, rd in readies:
             try:
                 g.apply_ready(rd)
             except Exception:
                 log.exception("%s: applying committed entries failed", g.name)
                 raise
+        writes = [(g.store, rd.entries, rd.hard_state) for g, rd in readies
+                  if rd.entries or rd.hard_state is not None]
+        if writes:
+            await self._persist_serving(writes)
+        self._send(late)
         for g, rd in readies:
             g.raft.advance(rd)
             if isinstance(g, PartitionReplica):
                 g.on_persisted()
         self._check_leadership()
         self.kick()  # advancing may have made more work (a leader commits on its own persist)
+
+    async def _persist_serving(self, writes: list[tuple[Any, tuple[Any, ...], Any]]) -> None:
+        """`_persist`, and meanwhile keep the groups moving (etcd's async storage writes idea):
+        entries that became committed are applied (acks=all answers, fetch wake-ups) and
+        heartbeats, heartbeat answers and leader appends go out, so a long fsync neither
+        delays a write that two other replicas made durable nor looks like a dead node."""
+        persist = asyncio.ensure_future(self._persist(writes))
+        while not persist.done():
+            self._dirty.clear()
+            kicked = asyncio.ensure_future(self._dirty.wait())
+            await asyncio.wait((persist, kicked), return_when=asyncio.FIRST_COMPLETED)
+            kicked.cancel()
+            if not persist.done():
+                self._serve_during_persist()
+        persist.result()
+
+    def _serve_during_persist(self) -> None:
+        self._check_leadership()  # before applying: readiness is set by the new term's no-op
+        msgs: list[Message] = []
+        for g in list(self.groups.values()):
+            r = g.raft
+            entries = r.take_committed()
+            if entries:
+                g.apply_entries(entries)
+            msgs.extend(r.take_messages())
+        self._send(msgs)
 
     def _check_leadership(self) -> None:
         changed = []
@@ -289,16 +320,22 @@ class Node:
         the CRCs and the write release the GIL, so the second core gets real work."""
         policy = self.cfg.effective_fsync
         to_sync: set[Any] = set()
+        written = {w[0] for w in writes if w[1]}  # a commit-only hard state needs no fsync
         if policy == "always":
-            to_sync = {w[0] for w in writes}
+            to_sync = written
         elif policy == "interval":
-            self._unsynced.update(w[0] for w in writes)
+            self._unsynced.update(written)
             now = time.monotonic()
             if now - self._last_sync >= self.cfg.fsync_interval_ms / 1000:
                 self._last_sync = now
                 to_sync, self._unsynced = self._unsynced, set()
         t0 = time.monotonic()
-        await asyncio.to_thread(_write_and_sync, writes, to_sync)
+        if not to_sync and _small_and_unsynced(writes):
+            # A worker thread costs a few ms of hand-off on a busy machine; a small write
+            # that needs no fsync takes microseconds here (the low-load latency path).
+            _write_and_sync(writes, to_sync)
+        else:
+            await asyncio.to_thread(_write_and_sync, writes, to_sync)
         ms = int((time.monotonic() - t0) * 1000)
         self.stats["persist_max_ms"] = max(self.stats["persist_max_ms"], ms)
         self.stats["persist_total_ms"] += ms
@@ -416,6 +453,22 @@ class Node:
     async def _wait_block(self, nonce: str) -> None:
         while (blk := self.meta.state.producer_id_blocks.get(self.id)) is None or blk[0] != nonce:
             await self.meta.wait_change()
+
+
+INLINE_WRITE_BYTES = 64 << 10
+
+
+def _small_and_unsynced(writes: list[tuple[Any, tuple[Any, ...], Any]]) -> bool:
+    """Under INLINE_WRITE_BYTES of entries and no term/vote change (those are fsynced always)."""
+    size = 0
+    for store, entries, hs in writes:
+        if hs is not None and store.hard_state_needs_sync(hs):
+            return False
+        for e in entries:
+            size += len(e.data)
+        if size > INLINE_WRITE_BYTES:
+            return False
+    return True
 
 
 def _write_and_sync(writes: list[tuple[Any, tuple[Any, ...], Any]], to_sync: set[Any]) -> None:

@@ -57,6 +57,7 @@ from typing import Any
 
 __all__ = [
     "CANDIDATE",
+    "EARLY_KINDS",
     "FOLLOWER",
     "LEADER",
     "PRECANDIDATE",
@@ -90,6 +91,8 @@ class MsgKind(IntEnum):
 
 
 _KINDS = {int(k): k for k in MsgKind}
+# Kinds a shell may send before persisting the Ready they came with (module docstring).
+EARLY_KINDS = frozenset({MsgKind.APPEND, MsgKind.HEARTBEAT, MsgKind.HEARTBEAT_RESP})
 
 
 # Entry and Message are positional (hot path, and the agreed call shape) yet frozen with slots.
@@ -515,6 +518,28 @@ class RaftNode:
         self._rewind = None
         self._outstanding = True
         return rd
+
+    def take_committed(self) -> tuple[Entry, ...]:
+        """Committed entries not handed out yet, also while a Ready is outstanding.
+
+        Committed means durable on a majority, so applying them needs no local write first: a
+        shell whose own fsync is slow still answers acks=all writes that two other replicas
+        made durable. None while a rewind (unclean election) waits to be handed out."""
+        if self._commit <= self._applied or self._rewind is not None:
+            return ()
+        out = tuple(self._log[self._applied : self._commit])
+        self._applied = self._commit
+        return out
+
+    def take_messages(self) -> list[Message]:
+        """The queued messages that promise nothing about this node's disk, also while a Ready
+        is outstanding: a leader's appends and heartbeats (§10.2.1) and heartbeat answers.
+        Votes and append answers stay queued for the next Ready (after its write)."""
+        self._flush()
+        out = [m for m in self._msgs if m.kind in EARLY_KINDS]
+        if out:
+            self._msgs = [m for m in self._msgs if m.kind not in EARLY_KINDS]
+        return out
 
     def advance(self, rd: Ready) -> None:
         """`rd` is persisted (and its messages sent, committed entries applied)."""

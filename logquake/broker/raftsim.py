@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from logquake.broker.raft import LEADER, Entry, HardState, Message, MsgKind, RaftConfig, RaftNode
+from logquake.broker.raft import LEADER, Entry, HardState, Message, MsgKind, RaftConfig, RaftNode, Ready
 from logquake.broker.storage import SegmentLog
 
 # What a shell may send before persisting the Ready (see raft.py's module docstring).
@@ -48,6 +48,7 @@ class SimNode:
     hard_state: HardState | None = None
     log: list[Entry] = field(default_factory=list)  # what it persisted
     applied: list[Entry] = field(default_factory=list)  # its state machine: committed entries in order
+    pending: tuple[Ready, list[Message], int] | None = None  # a slow write: (Ready, late messages, done at)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +78,11 @@ class Sim:
         crash_in_ready: probability that a node dies while handling a Ready, after sending its
             appends, heartbeats and heartbeat answers but before persisting (a shell may send
             those early, thesis §10.2.1; everything else goes out only after the write).
+        slow_write: probability that a Ready's write takes 2-6 steps, as a long fsync does in
+            the broker. Meanwhile the node goes on like node.py's shell: it applies what
+            became committed (`take_committed`) and sends heartbeats, heartbeat answers and
+            appends (`take_messages`); its committed entries are applied before the write. A
+            crash meanwhile loses the whole write.
         disk: if set, every node also persists through a real `SegmentLog` in `disk/n<id>` and
             restarts from `load()`; a crash inside a Ready then leaves that write torn at a
             random byte, so storage recovery is exercised together with Raft.
@@ -92,10 +98,12 @@ class Sim:
         max_delay: int = 1,
         group: str = "g",
         crash_in_ready: float = 0.0,
+        slow_write: float = 0.0,
         disk: Path | None = None,
     ) -> None:
         self.rng = random.Random(seed)
         self.crash_in_ready = crash_in_ready
+        self.slow_write = slow_write
         self.disk = disk
         self.stores: dict[int, SegmentLog] = {}
         self.config = config or RaftConfig()
@@ -146,6 +154,7 @@ class Sim:
         """Kill node `i`: whatever it had not persisted (advanced) is gone."""
         if self.nodes[i].raft is not None:
             self.nodes[i].raft = None
+            self.nodes[i].pending = None
             self.crashes += 1
             store = self.stores.pop(i, None)
             if store is not None:
@@ -240,8 +249,10 @@ class Sim:
 
     def process_readies(self) -> None:
         for i in self.ids:
-            r = self.nodes[i].raft
-            if r is not None and r.has_ready():
+            node, r = self.nodes[i], self.nodes[i].raft
+            if r is not None and node.pending is not None:
+                self._serve_pending(node, r)
+            elif r is not None and r.has_ready():
                 self._handle_ready(self.nodes[i], r)
             r = self.nodes[i].raft  # None if it died in the Ready
             if r is not None:
@@ -263,6 +274,27 @@ class Sim:
                 node.log.extend(rd.entries)
             self.crash(node.node_id)  # the write never completed; votes and acks never left
             return
+        if self.slow_write and self.rng.random() < self.slow_write:
+            if rd.rewind_to is not None:
+                del node.applied[rd.rewind_to :]
+            for e in rd.committed:  # applied before the write, as node.py does
+                self._record_commit(node, e)
+            node.pending = (rd, late, self.now + self.rng.randint(2, 6))
+            return
+        self._finish_write(node, r, rd, late, apply=True)
+
+    def _serve_pending(self, node: SimNode, r: RaftNode) -> None:
+        rd, late, done_at = node.pending  # type: ignore[misc]
+        if self.now >= done_at:
+            node.pending = None
+            self._finish_write(node, r, rd, late, apply=False)
+            return
+        for e in r.take_committed():
+            self._record_commit(node, e)
+        for m in r.take_messages():
+            self._send(m)
+
+    def _finish_write(self, node: SimNode, r: RaftNode, rd: Ready, late: list[Message], *, apply: bool) -> None:
         store = self.stores.get(node.node_id)
         if store is not None:
             store.append(rd.entries)
@@ -280,10 +312,11 @@ class Sim:
             node.hard_state = rd.hard_state
         for m in late:
             self._send(m)
-        if rd.rewind_to is not None:
-            del node.applied[rd.rewind_to :]
-        for e in rd.committed:
-            self._record_commit(node, e)
+        if apply:
+            if rd.rewind_to is not None:
+                del node.applied[rd.rewind_to :]
+            for e in rd.committed:
+                self._record_commit(node, e)
         r.advance(rd)
 
     def _torn_write(self, store: SegmentLog, entries: tuple[Entry, ...]) -> None:
@@ -301,7 +334,8 @@ class Sim:
     def stabilize(self, max_steps: int = 1000) -> None:
         """Deliver messages without ticking until the network is quiet."""
         for _ in range(max_steps):
-            if not self.queue and not any(self.raft(i).has_ready() for i in self.up()):
+            busy = any(self.raft(i).has_ready() or self.nodes[i].pending for i in self.up())
+            if not self.queue and not busy:
                 return
             self.step(tick=False)
 
@@ -397,13 +431,15 @@ def run_schedule(
     propose_rate: float = 0.3,
     heal_steps: int = 400,
     crash_in_ready: float = 0.0,
+    slow_write: float = 0.0,
     disk: Path | None = None,
 ) -> SimResult:
     """One random schedule: faults and proposals for `steps`, then heal and check liveness.
 
     `disk`: persist through real `SegmentLog`s under this directory (see `Sim`)."""
     cfg = config or RaftConfig()
-    sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay, crash_in_ready=crash_in_ready, disk=disk)
+    sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay, crash_in_ready=crash_in_ready,
+              slow_write=slow_write, disk=disk)
     rng = random.Random(seed ^ 0x5EED)
     for t in range(steps):
         if rng.random() < fault_rate:

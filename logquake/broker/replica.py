@@ -150,8 +150,12 @@ class PartitionReplica(_GroupBase):
     def apply_ready(self, rd: Ready) -> None:
         if rd.rewind_to is not None:
             self._rebuild(rd.rewind_to)
+        self.apply_entries(rd.committed)
+
+    def apply_entries(self, entries: tuple[Entry, ...]) -> None:
+        """Apply committed entries in order; wake long-polling fetches when the HW moved."""
         hw_before = self.state.next_offset
-        for e in rd.committed:
+        for e in entries:
             self._apply(e)
         if self.state.next_offset != hw_before:
             self._wake_fetchers()
@@ -214,11 +218,14 @@ class MetadataReplica(_GroupBase):
     def apply_ready(self, rd: Ready) -> None:
         if rd.rewind_to is not None:
             log.error("metadata group lost committed entries (unclean election); keeping the applied state")
-        for e in rd.committed:
+        self.apply_entries(rd.committed)
+
+    def apply_entries(self, entries: tuple[Entry, ...]) -> None:
+        for e in entries:
             res = apply_metadata(self.state, index=e.index, data=e.data)
             for gid in res.get("groups", ()):
                 self._on_partition(self.state.groups[gid])
-        if rd.committed:
+        if entries:
             waiters, self._changed = self._changed, []
             for f in waiters:
                 if not f.done():

@@ -30,6 +30,10 @@ class GroupStore:
         if hs is not None:
             self._log.save_hard_state(hs)  # term/vote changes are fsynced here, whatever the policy
 
+    def hard_state_needs_sync(self, hs: HardState) -> bool:
+        """True when saving `hs` changes term or vote (fsynced whatever the policy)."""
+        return self._log.hard_state_needs_sync(hs)
+
     def sync(self) -> None:
         self._log.sync()
 

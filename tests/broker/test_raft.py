@@ -359,3 +359,45 @@ def test_restart_with_entries_newer_than_the_hard_state_takes_their_term() -> No
     r = node(1, hard_state=HardState(3, 2, 0), entries=log(1, 5))
     r.campaign()
     assert {m.term for m in r.ready().messages} == {6}  # never campaigns in a term its log holds
+
+
+# ---- serving while a Ready is outstanding (the shell's slow fsync) -------------------------------
+
+
+def test_take_committed_applies_what_two_followers_persisted_while_the_leader_writes() -> None:
+    sim = Sim(n=3)
+    elect(sim)
+    lead = sim.raft(1)
+    idx = lead.propose(b"x")
+    rd = lead.ready()  # the leader's own write is still running
+    for m in rd.messages:
+        sim.raft(m.to).step(m)
+    for f in (2, 3):
+        for m in drain(sim.raft(f)):
+            lead.step(m)
+    assert lead.commit_index == idx  # two followers are a majority without the leader
+    assert [e.data for e in lead.take_committed()] == [b"x"]
+    assert lead.take_committed() == ()
+    lead.advance(rd)
+    assert all(e.index != idx for e in lead.ready().committed)  # never handed out twice
+
+
+def test_take_messages_lets_heartbeats_out_but_keeps_append_answers_for_the_write() -> None:
+    sim = Sim(n=3)
+    elect(sim)
+    lead, fol = sim.raft(1), sim.raft(2)
+    lead.propose(b"x")
+    to_2 = [m for m in lead.ready().messages if m.to == 2 and m.kind is MsgKind.APPEND]
+    fol.step(to_2[0])
+    frd = fol.ready()  # the follower's write of the entry is running
+    assert [m.kind for m in frd.messages] == [MsgKind.APPEND_RESP]
+    for _ in range(sim.config.heartbeat_ticks):
+        lead.tick()
+    beats = [m for m in lead.take_messages() if m.to == 2]
+    assert [m.kind for m in beats] == [MsgKind.HEARTBEAT]  # out although the leader's Ready is outstanding
+    fol.step(beats[0])
+    fol.step(Message(MsgKind.APPEND, "g", 1, 2, lead.term, log_term=to_2[0].entries[-1].term,
+                     index=to_2[0].entries[-1].index, commit=lead.commit_index))
+    assert [m.kind for m in fol.take_messages()] == [MsgKind.HEARTBEAT_RESP]
+    fol.advance(frd)
+    assert [m.kind for m in fol.ready().messages] == [MsgKind.APPEND_RESP]  # after its write

@@ -19,6 +19,8 @@ CONFIGS = {
     "tiny-flow-control": {"config": RaftConfig(max_append_entries=2, max_inflight=2, max_append_bytes=8)},
     "very-lossy": {"max_drop": 0.6, "fault_rate": 0.1, "max_delay": 8},
     "crash-mid-ready": {"crash_in_ready": 0.01},  # after early appends, before the write
+    # Slow writes served meanwhile (take_committed/take_messages), with crashes mid-write.
+    "slow-writes": {"slow_write": 0.3, "crash_in_ready": 0.01},
 }
 
 

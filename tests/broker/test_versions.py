@@ -155,5 +155,8 @@ def test_offset_for_leader_epoch(cluster, leader, v) -> None:
 
     cur = ask(epoch, epoch)
     assert cur.error_code == 0 and cur.leader_epoch == epoch and cur.end_offset == hw
-    assert ask(0).leader_epoch == -1  # before any epoch with records: undefined
+    old = ask(0)  # older than every epoch here: Kafka's (requested epoch, start of the first epoch)
+    assert (old.leader_epoch, old.end_offset) == (0, 0)
+    undefined = ask(-1)
+    assert (undefined.leader_epoch, undefined.end_offset) == (-1, -1)
     assert ask(epoch, epoch + 5).error_code == 75  # UNKNOWN_LEADER_EPOCH: the client is ahead of us

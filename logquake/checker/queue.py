@@ -386,21 +386,25 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
         p = t.process
         if t.reads:
             lr = last_reads.setdefault(p, {})
+            ok = t.type == OK
             for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
-                ko = orders[k]
-                i0 = pos[FIRST]
-                first = (i0, pairs[0][1]) if i0 is not None else _first_index(ko, pairs)
                 prev = lr.get(k)
-                if prev is not None and first is not None and first[0] - prev[0] != 1:
-                    kind, e = _step(ko, prev[0], first[0], prev[1], first[1], k)
-                    e["ops"] = [op_ref(prev[2].op), op_ref(t.op)]
-                    e["explanation"] = _proc_words(p, prev[2], t, k, prev[1], first[1], kind, "read")
-                    (skips if kind == "skip" else nm_polls).append(e)
-                if t.type == OK:
+                if prev is not None:
+                    i0 = pos[FIRST]
+                    first = (i0, pairs[0][1]) if i0 is not None else _first_index(orders[k], pairs)
+                    if first is not None and first[0] - prev[0] != 1:
+                        kind, e = _step(orders[k], prev[0], first[0], prev[1], first[1], k)
+                        e["ops"] = [op_ref(prev[2].op), op_ref(t.op)]
+                        e["explanation"] = _proc_words(p, prev[2], t, k, prev[1], first[1], kind, "read")
+                        (skips if kind == "skip" else nm_polls).append(e)
+                if ok:
                     i1 = pos[LAST]
-                    last = (i1, pairs[-1][1]) if i1 is not None else _last_index(ko, pairs)
-                    if last is not None:
-                        lr[k] = (last[0], last[1], t)
+                    if i1 is not None:
+                        lr[k] = (i1, pairs[-1][1], t)
+                    else:
+                        last = _last_index(orders[k], pairs)
+                        if last is not None:
+                            lr[k] = (last[0], last[1], t)
         if t.sends and t.type != FAIL:
             ls = last_sends.setdefault(p, {})
             seen: set = set()

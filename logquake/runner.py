@@ -37,7 +37,7 @@ from logquake.errors import LogquakeError, NotImplementedYet
 from logquake.history import FAIL, INFO, NEMESIS, OK, HistoryWriter, Op, load_history
 from logquake.results import store
 from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, make_client, make_generator
-from logquake.workloads.client import Client, complete
+from logquake.workloads.client import Abandonable, Client, complete
 from logquake.workloads.profiles import apply_profile, describe
 
 log = logging.getLogger("logquake.runner")
@@ -307,6 +307,8 @@ class Crew:
         with self.gen_lock:
             self.gen.update(ctx, done)
             self.gen.fresh_client(w.index)
+        if isinstance(w.client, Abandonable):
+            w.client.abandon()  # before the successor opens: it takes over (and fences) the txn id
         successor = Worker(w.index, w.process + self.cfg.concurrency, self)
         if w.client is not None:
             _close_aside(w.client)

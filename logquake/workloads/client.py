@@ -14,7 +14,7 @@ import heapq
 import queue
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
 
@@ -35,6 +35,17 @@ class Client(Protocol):
     def invoke(self, op: Op) -> Op: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Abandonable(Protocol):
+    """Optional: a client whose call hangs can give up what a successor must take over.
+
+    `abandon` never blocks (a call may still be running in the client); the caller closes
+    the client aside afterwards.
+    """
+
+    def abandon(self) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,9 +134,12 @@ class QueueClient:
     """State and op dispatch shared by the adapters; each subclass makes the library calls.
 
     Subclasses implement `open`, `close`, `_assign`, `_subscribe`, `_plain` (send/poll
-    outside transactions) and `_txn`; the micro-op bookkeeping (`assigned`, `subscribed`,
-    `position`) lives here so both libraries keep it the same way.
+    outside transactions) and `_txn`, and set `txn_ids` (their library's TxnIds); the
+    micro-op bookkeeping (`assigned`, `subscribed`, `position`) lives here so both
+    libraries keep it the same way.
     """
+
+    txn_ids: ClassVar[TxnIds]
 
     def __init__(
         self,
@@ -152,6 +166,13 @@ class QueueClient:
         self.assigned: list[int] = []
         self.subscribed = False  # assign() on a subscribed consumer must unsubscribe first
         self.position: dict[int, int] = {}  # next offset to read, per key
+
+    def abandon(self) -> None:
+        """Give the transactional id back now, while a call may still hang in this client:
+        the worker's next client takes it, and its init_transactions fences this one."""
+        tid, self._txn_id = self._txn_id, None
+        if tid is not None:
+            self.txn_ids.release(tid)
 
     def invoke(self, op: Op) -> Op:
         match op.f:

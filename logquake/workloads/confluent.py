@@ -75,7 +75,7 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any],
                     txn_id: str | None = None) -> dict[str, Any]:
     """librdkafka producer settings. acks=all with idempotence unless `producer.acks` says otherwise.
 
-    `txn_id` is the client's transactional id (see client.TxnIds); without one a fresh id.
+    `txn_id` is the client's transactional id (see client.TxnIds); without one a fresh id outside the pool.
     """
     acks = str(producer.get("acks", "all"))
     conf: dict[str, Any] = {
@@ -96,7 +96,7 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any],
     if "retries" in producer:
         conf["retries"] = int(producer["retries"])
     if txn:
-        conf["transactional.id"] = txn_id or f"lq-txn-{os.getpid()}-{next(_ids)}"
+        conf["transactional.id"] = txn_id or f"lq-txn-{os.getpid()}-u{next(_ids)}"  # u: never a pool id
         conf["transaction.timeout.ms"] = TXN_TIMEOUT_MS
     return conf
 
@@ -126,6 +126,8 @@ def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any
 class ConfluentClient(QueueClient):
     """One producer and one consumer; see the module docstring."""
 
+    txn_ids = TXN_IDS
+
     _producer: Producer | None
     _consumer: Consumer | None
 
@@ -134,7 +136,7 @@ class ConfluentClient(QueueClient):
     def open(self, bootstrap_servers: str) -> None:
         self._bootstrap = bootstrap_servers
         if self.txn and self._txn_id is None:
-            self._txn_id = TXN_IDS.acquire()
+            self._txn_id = self.txn_ids.acquire()
         self._producer = self._new_producer()
         self._consumer = Consumer(
             consumer_config(bootstrap_servers, txn=self.txn, sub_via=self.sub_via), logger=log
@@ -177,11 +179,7 @@ class ConfluentClient(QueueClient):
             # A replaced producer's transaction may still be open: end it now rather than
             # at the coordinator's timeout (the drain reads past it).
             self._fence(p)
-        if self._txn_id is not None:
-            # Lent out again at once: a client closed under a hung call is fenced by the
-            # next one to take its id.
-            TXN_IDS.release(self._txn_id)
-            self._txn_id = None
+        self.abandon()  # the id is lent out again at once
         try:
             if p is not None:
                 p.flush(1.0)

@@ -54,7 +54,7 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any],
                     txn_id: str | None = None) -> dict[str, Any]:
     """kafka-python producer settings: acks=all and idempotence unless `producer.acks` says otherwise.
 
-    `txn_id` is the client's transactional id (see client.TxnIds); without one a fresh id.
+    `txn_id` is the client's transactional id (see client.TxnIds); without one a fresh id outside the pool.
     """
     acks: Any = producer.get("acks", "all")
     acks = "all" if str(acks) in ("all", "-1") else int(acks)
@@ -74,7 +74,7 @@ def producer_config(bootstrap: str, *, txn: bool, producer: dict[str, Any],
     if "retries" in producer:
         conf["retries"] = int(producer["retries"])
     if txn:
-        conf["transactional_id"] = txn_id or f"lq-kp-txn-{os.getpid()}-{next(_ids)}"
+        conf["transactional_id"] = txn_id or f"lq-kp-txn-{os.getpid()}-u{next(_ids)}"  # u: never a pool id
         conf["transaction_timeout_ms"] = TXN_TIMEOUT_MS
     return conf
 
@@ -102,13 +102,15 @@ def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any
 class KafkaPythonClient(QueueClient):
     """One producer and one consumer; see the module docstring."""
 
+    txn_ids = TXN_IDS
+
     _producer: KafkaProducer | None
     _consumer: KafkaConsumer | None
 
     def open(self, bootstrap_servers: str) -> None:
         self._bootstrap = bootstrap_servers
         if self.txn and self._txn_id is None:
-            self._txn_id = TXN_IDS.acquire()
+            self._txn_id = self.txn_ids.acquire()
         self._producer = self._new_producer()
         self._consumer = KafkaConsumer(**consumer_config(bootstrap_servers, txn=self.txn, sub_via=self.sub_via))
 
@@ -147,11 +149,7 @@ class KafkaPythonClient(QueueClient):
             # A replaced producer's transaction may still be open: end it now, not at the
             # coordinator's timeout (the drain reads past it).
             self._fence(p)
-        if self._txn_id is not None:
-            # Lent out again at once: a client closed under a hung call is fenced by the
-            # next one to take its id.
-            TXN_IDS.release(self._txn_id)
-            self._txn_id = None
+        self.abandon()  # the id is lent out again at once
         for thing in (p, c):
             try:
                 if thing is not None:
@@ -287,7 +285,7 @@ class KafkaPythonClient(QueueClient):
             _fill_done(value, futures)
             return self._abort(op, value, unsent)
         try:
-            self._producer.commit_transaction()
+            self._end_txn(commit=True)
         except Exception as e:  # noqa: BLE001 - whether the commit happened is unknown: info
             _fill_done(value, futures)
             self._seek_back(value)
@@ -295,6 +293,22 @@ class KafkaPythonClient(QueueClient):
             return complete(op, INFO, value, error=_err_text(e))
         _fill_done(value, futures)
         return complete(op, OK, value)
+
+    def _end_txn(self, *, commit: bool) -> None:
+        """commit_transaction / abort_transaction, but waiting at most op_timeout.
+
+        kafka-python 3.0 waits for their answer without end (with the coordinator down,
+        until the runner's watchdog gives the whole client up after 30 s); this is the same
+        call through its transaction manager (kafka-python is pinned exactly), with a bound.
+        A KafkaTimeoutError leaves the outcome unknown: the caller replaces the producer.
+        """
+        assert self._producer is not None
+        tm = self._producer._transaction_manager
+        result = tm.begin_commit() if commit else tm.begin_abort()
+        self._producer._sender.wakeup()
+        if not result.wait(timeout_ms=int(self.op_timeout * 1000)):
+            what = "commit" if commit else "abort"
+            raise kerr.KafkaTimeoutError(f"{what} not answered within {self.op_timeout:.0f} s")
 
     def _unsent(self, futures: dict[int, Any]) -> BaseException | str | None:
         """Why a send of the open transaction is not acknowledged after a flush, or None."""
@@ -328,7 +342,7 @@ class KafkaPythonClient(QueueClient):
         assert self._producer is not None
         self._seek_back(value)
         try:
-            self._producer.abort_transaction()
+            self._end_txn(commit=False)
         except Exception as e:  # noqa: BLE001
             self._reopen_producer()
             return complete(op, INFO, value, error=f"{_err_text(err)}; abort: {_err_text(e)}")

@@ -114,3 +114,27 @@ def test_txn_ids_lend_the_lowest_free_id_and_take_it_back():
     ids.release(b)  # twice changes nothing
     ids.release(a)
     assert [ids.acquire(), ids.acquire(), ids.acquire()] == ["lq-txn-7-0", "lq-txn-7-1", "lq-txn-7-3"]
+
+
+def test_an_abandoned_client_hands_its_txn_id_to_the_next_one_at_once():
+    # The runner's watchdog abandons a client whose call hangs; its successor must take the
+    # same transactional id (to fence it) even though the hung client is not closed yet.
+    # (QueueClient's; librdkafka builds clients without a broker, kafka-python would not.)
+    from logquake.workloads.client import Abandonable
+    from logquake.workloads.confluent import ConfluentClient
+
+    nowhere = "127.0.0.1:9"  # nothing listens: the clients are only constructed
+    hung, nxt, other = ConfluentClient(txn=True), ConfluentClient(txn=True), ConfluentClient(txn=True)
+    try:
+        hung.open(nowhere)
+        tid = hung._txn_id
+        assert isinstance(hung, Abandonable)
+        hung.abandon()
+        nxt.open(nowhere)
+        assert nxt._txn_id == tid
+        hung.close()  # gives back nothing more: the id is nxt's now
+        other.open(nowhere)
+        assert other._txn_id != tid
+    finally:
+        for c in (hung, nxt, other):
+            c.close()

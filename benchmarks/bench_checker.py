@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -120,9 +121,14 @@ def main() -> None:
     # Each client op is two history ops; the drain at the end adds a few more.
     generate(big, args.ops // 2, args.seed)
     generate(g1c, args.g1c_txns, args.seed, plant_g1c=True)
+    load_before = os.getloadavg()
     m = in_subprocess(big, ww_deps=True)
     c = in_subprocess(g1c, ww_deps=False)
+    load = "load average " + " -> ".join(
+        "/".join(f"{x:.1f}" for x in la) for la in (load_before, os.getloadavg())
+    )
     rows = [
+        ("machine", f"{os.cpu_count()} CPUs", load),
         ("history ops", f"{m['ops']:,}", ""),
         ("reference: json.loads of every line", f"{m['json_s']:.2f} s", "1.00x"),
         ("read_history", f"{m['read_s']:.2f} s", f"{m['read_s'] / m['json_s']:.2f}x"),

@@ -78,15 +78,17 @@ DEFAULT_MATRIX: dict[str, Any] = {
         # longer run.
         {"mode": {"fsync": "never"}, "nemesis": ["disk:power-loss-majority"],
          "expect": ["lost-write", "inconsistent-offsets"],
-         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 8, "time_limit": 60}},
+         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 8, "time_limit": 60},
+         "known_gap": "caught in 8 of 10 runs: after a majority loses its data the broker sometimes serves no "
+                      "writes again, and only later writes reveal the loss (docs/recall.md)"},
         # Brokers' replies to the clients dropped: writes commit unanswered, the clients retry them.
         {"mode": {"dedup": "off"}, "nemesis": ["partition:replies"], "expect": ["duplicate"],
          "config": {"guarantee": "exactly-once", "rate": 200, "concurrency": 10}},
         {"mode": {"txn_markers": "partial"}, "nemesis": ["kill"], "expect": ["unseen", "G1c", "G1a", "lost-write"],
-         "config": {"txn": True, "partitions": 3, "nemesis_interval": 3}},
+         "config": {"txn": True, "partitions": 3}},
+        # The txn workload aborts 10 % of its writing transactions on purpose, after 0.3 s open.
         {"mode": {"read_committed": "leak"}, "nemesis": ["partition"], "expect": ["G1a"],
-         "config": {"txn": True, "partitions": 3, "nemesis_interval": 3},
-         "known_gap": "the txn workload aborts only on rare errors, so few aborted writes exist to leak"},
+         "config": {"txn": True, "partitions": 3}},
     ],
 }
 

@@ -93,6 +93,7 @@ class MsgKind(IntEnum):
 _KINDS = {int(k): k for k in MsgKind}
 # Kinds a shell may send before persisting the Ready they came with (module docstring).
 EARLY_KINDS = frozenset({MsgKind.APPEND, MsgKind.HEARTBEAT, MsgKind.HEARTBEAT_RESP})
+_HEARTBEAT_KINDS = frozenset({MsgKind.HEARTBEAT, MsgKind.HEARTBEAT_RESP})
 
 
 # Entry and Message are positional (hot path, and the agreed call shape) yet frozen with slots.
@@ -532,13 +533,14 @@ class RaftNode:
         return out
 
     def take_messages(self) -> list[Message]:
-        """The queued messages that promise nothing about this node's disk, also while a Ready
-        is outstanding: a leader's appends and heartbeats (§10.2.1) and heartbeat answers.
-        Votes and append answers stay queued for the next Ready (after its write)."""
-        self._flush()
-        out = [m for m in self._msgs if m.kind in EARLY_KINDS]
+        """Queued heartbeats and heartbeat answers, also while a Ready is outstanding: they
+        promise nothing about this node's disk, and a slow write must not look like a dead
+        node. Everything else stays for the next Ready: votes and append answers wait for its
+        write, and new appends batch there (sent piecemeal they would fill the followers'
+        in-flight windows with tiny messages and cut throughput by half)."""
+        out = [m for m in self._msgs if m.kind in _HEARTBEAT_KINDS]
         if out:
-            self._msgs = [m for m in self._msgs if m.kind not in EARLY_KINDS]
+            self._msgs = [m for m in self._msgs if m.kind not in _HEARTBEAT_KINDS]
         return out
 
     def advance(self, rd: Ready) -> None:

@@ -80,8 +80,8 @@ class Sim:
             those early, thesis §10.2.1; everything else goes out only after the write).
         slow_write: probability that a Ready's write takes 2-6 steps, as a long fsync does in
             the broker. Meanwhile the node goes on like node.py's shell: it applies what
-            became committed (`take_committed`) and sends heartbeats, heartbeat answers and
-            appends (`take_messages`); its committed entries are applied before the write. A
+            became committed (`take_committed`) and sends heartbeats and heartbeat answers
+            (`take_messages`); its committed entries are applied before the write. A
             crash meanwhile loses the whole write.
         disk: if set, every node also persists through a real `SegmentLog` in `disk/n<id>` and
             restarts from `load()`; a crash inside a Ready then leaves that write torn at a

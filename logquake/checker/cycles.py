@@ -14,9 +14,10 @@ graph, on a compact integer graph: realtime order is encoded by a chain of "time
 there and to the next one), which keeps reachability exact with O(n) edges instead of
 O(n * concurrency). Our own iterative Tarjan does this stage, since a networkx graph of a
 million nodes costs ~10x the memory and time. Then each component with two or more ops
-becomes a small networkx graph with explicit, typed edges, and for each anomaly type we
-look for the shortest cycle using only its edge types and containing its required ones
-(a BFS over (op, edge types used) states), explained step by step in plain words.
+becomes a small graph of plain dicts (there are thousands, each built and searched once)
+with explicit, typed edges, and for each anomaly type we look for the shortest cycle using
+only its edge types and containing its required ones (a BFS over (op, edge types used)
+states), explained step by step in plain words.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 The queue analyses (queue.py) never walk raw ops; they read this index, built once:
 each client op of f send/poll/txn as a `Txn` (its sends and reads, parsed once), the
-per-process sequence of those and of assign/subscribe ops, writer-of, the values read
-by ok ops, and the version order of every key.
+per-process sequence of those and of assign/subscribe ops, writer-of, the first ok op
+to read each value, the version order of every key, and where each op's reads of a key
+landed in it. Reads are the bulk of a history (millions of [offset, value] pairs), so
+they are walked as few times as possible, and in C where possible (dict, map, slices).
 
 The version order of a key is built, as in Jepsen, from every poll (ok, info and fail:
 a poll shows what the log held whatever became of its transaction) plus the sends of ops

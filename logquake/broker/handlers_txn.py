@@ -78,6 +78,7 @@ def install_txn_apis(node: Node) -> None:
     node.api.register(ADD_OFFSETS_TO_TXN, service.add_offsets_to_txn)
     node.api.register(END_TXN, service.end_txn)
     node.api.register(WRITE_TXN_MARKERS, service.write_txn_markers)
+    node.background.append(service._tick_loop)  # coordinators act without client traffic too
 
 
 def _wall_ms() -> int:
@@ -142,15 +143,35 @@ class TxnService:
         rep = self.node.partitions.get(info.partitions[index].group_id)
         if rep is None or not rep.is_ready_leader:
             return None, E.NOT_COORDINATOR
+        shard = self._lead(index, rep)
+        shard.catch_up()
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+        return shard, E.NONE
+
+    def _lead(self, index: int, rep: Any) -> _TxnShard:
+        """The shard of partition `index` led through `rep`; a new one resumes its prepared markers."""
         shard = self.shards.get(index)
         if shard is None or not shard.current or shard.rep is not rep:
             shard = self.shards[index] = _TxnShard(rep)
             shard.catch_up()
             self._resume(shard)
-        shard.catch_up()
-        if self._ticker is None:
-            self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
-        return shard, E.NONE
+        return shard
+
+    def _adopt(self) -> None:
+        """Take up every `__transaction_state` partition this node leads, without waiting for a client.
+
+        Kafka loads a coordinator partition on election: a new coordinator finishes prepared
+        transactions and times out open ones even when no client of theirs ever comes back
+        (else their partitions' LSO stays put and read_committed readers see nothing past it).
+        """
+        info = self.node.meta.state.topics.get(TXN_STATE_TOPIC)
+        if info is None:
+            return
+        for index, p in enumerate(info.partitions):
+            rep = self.node.partitions.get(p.group_id)
+            if rep is not None and rep.is_ready_leader:
+                self._lead(index, rep)
 
     def _resume(self, shard: _TxnShard) -> None:
         for plan in txn.pending_markers(shard.state, partial=self.partial):
@@ -162,8 +183,10 @@ class TxnService:
         task.add_done_callback(self._tasks.discard)
 
     async def _tick_loop(self) -> None:
+        self._ticker = asyncio.current_task()
         while True:
             await asyncio.sleep(TICK_S)
+            self._adopt()
             for index, shard in list(self.shards.items()):
                 if not shard.current:
                     del self.shards[index]

@@ -34,6 +34,7 @@ import random
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from logquake.broker.metadata import (
@@ -86,6 +87,7 @@ class Node:
                                    unclean_election=cfg.unsafe.get("election") == "unclean",
                                    max_append_bytes=1 << 20, max_inflight=8)
         self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node
+        self.background: list[Callable[[], Awaitable[None]]] = []  # API modules' loops, run with the node
         self.groups: dict[str, PartitionReplica | MetadataReplica] = {}
         self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
         self._stopped = asyncio.Event()
@@ -127,7 +129,7 @@ class Node:
         log.info("node %d serving Kafka on %s:%d, peers on %s:%d (fsync %s)", self.id, self.cfg.me.host,
                  self.cfg.me.kafka_port, self.cfg.me.host, self.cfg.me.raft_port, self.cfg.effective_fsync)
         self._tasks = [asyncio.create_task(c) for c in (self._ready_loop(), self._tick_loop(),
-                                                         self._gossip_loop())]
+                                                         self._gossip_loop(), *(f() for f in self.background))]
         self.kick()
         await self._stopped.wait()
         ready_task, others = self._tasks[0], self._tasks[1:]

@@ -247,13 +247,8 @@ def test_wire_generations_and_members(gcluster: LocalCluster) -> None:
     assert heartbeat("nobody", gen) == 25  # UNKNOWN_MEMBER_ID
 
 
-KAFKA_PYTHON_STALLS = pytest.mark.xfail(
-    strict=False, reason="kafka-python validates positions after a leader change with OffsetForLeaderEpoch (API 23), "
-    "which the broker does not serve yet: the partition then stalls (noted for the broker front-end)")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("client", [pytest.param("kafka-python", marks=KAFKA_PYTHON_STALLS), "confluent-kafka"])
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
 def test_group_keeps_consuming_when_its_coordinator_dies(gcluster: LocalCluster, client: str) -> None:
     topic, group = f"grp-fo-{client}", f"group-fo-{client}"
     gcluster.create_topic(topic, partitions=3)

@@ -11,28 +11,18 @@ plotly inlined, like report.html.
 from __future__ import annotations
 
 import os
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from logquake.results import plots
+from logquake.results.report import template
 
 PROFILES_FILE = "profiles.html"
 
 
-@cache
-def _template() -> jinja2.Template:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("logquake.results", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True,
-    )
-    env.filters["num"] = lambda n: f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else n
-    return env.get_template("profiles.html.j2")
 
 
 def _row(p: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +62,7 @@ def render_profiles(index: dict[str, Any], *, title: str = "test-all", out_dir: 
         figure = pio.to_html(plots.profiles_figure(counts), full_html=False, include_plotlyjs=False,
                              div_id="plot-profiles", validate=False,
                              config={"displaylogo": False, "responsive": True})
-    return _template().render(title=title, rows=rows, figure=figure, done=bool(index.get("done")),
+    return template("profiles.html.j2").render(title=title, rows=rows, figure=figure, done=bool(index.get("done")),
                               skipped=index.get("skipped") or [], runs=_runs(index, out_dir),
                               plotly_js=get_plotlyjs())
 

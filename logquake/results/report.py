@@ -379,7 +379,8 @@ def _start_time(files: RunFiles) -> str:
 
 
 @cache
-def _template() -> jinja2.Template:
+def template(name: str) -> jinja2.Template:
+    """A page template of results/templates/ with the filters every page uses (num, secs)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("logquake.results", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined,
@@ -387,7 +388,7 @@ def _template() -> jinja2.Template:
     )
     env.filters["num"] = lambda n: f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else n
     env.filters["secs"] = lambda x: f"{x:,.1f} s" if x >= 1 else f"{x * 1e3:.1f} ms"
-    return env.get_template("report.html.j2")
+    return env.get_template(name)
 
 
 def _figure_html(fig: Any, div_id: str) -> str:
@@ -417,7 +418,7 @@ def render_report(files: RunFiles, d: Digest) -> str:
     informational = {k: v for k, v in results.items()
                      if k not in ("valid", "bad_error_types", "error_types", "anomalies", "unseen_over_time")}
     headers, rows = op_count_rows(d)
-    return _template().render(
+    return template("report.html.j2").render(
         name=files.test.get("name") or files.path.parent.name, run_dir=str(files.path), verdict=verdict,
         results_present=files.results is not None, seed=_seed(files), start_time=_start_time(files),
         duration=d.end_time / plots.NS, params=test_params(files.test), op_headers=headers, op_rows=rows,

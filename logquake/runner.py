@@ -21,6 +21,7 @@ analysis of what was recorded still run. A second Ctrl-C aborts the in-flight op
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import random
 import signal
@@ -473,6 +474,7 @@ def run_test(
     if on_run_dir is not None:
         on_run_dir(run_dir)
     handler = store.attach_harness_log(run_dir)
+    dumps = _stack_dumps_on_sigusr1(run_dir / store.HARNESS_LOG)
     started = time.monotonic()
     try:
         log.info("run %s seed=%s dir=%s", cfg.name, cfg.seed, run_dir)
@@ -504,7 +506,25 @@ def run_test(
             store.update_latest(cfg.results_dir, run_dir)
         raise
     finally:
+        dumps()
         store.detach_harness_log(handler)
+
+
+def _stack_dumps_on_sigusr1(path: Path) -> Callable[[], None]:
+    """`kill -USR1 <pid>` appends every thread's stack to `path`: a run that seems stuck says where.
+
+    Returns the undo. Signals are the main thread's to set; elsewhere (tests) nothing is set.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+        return lambda: None
+    f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held until the undo
+    faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
+
+    def undo() -> None:
+        faulthandler.unregister(signal.SIGUSR1)
+        f.close()
+
+    return undo
 
 
 def _run_phases(

@@ -33,8 +33,16 @@ def _run(tmp_path: Path, *flags: str, timeout: float = 300) -> tuple[int, Path, 
     requires_root_or_userns()
     results = tmp_path / "results"
     cmd = [sys.executable, "-m", "logquake", "run", "--results-dir", str(results), "--nodes", "3", *flags]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    out = p.stdout + p.stderr
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGUSR1)  # the runner appends every thread's stack to harness.log
+            time.sleep(2)
+            p.kill()
+            p.communicate()
+            logs = "\n".join(f.read_text()[-20000:] for f in results.glob("*/*/harness.log"))
+            pytest.fail(f"logquake run still running after {timeout} s; harness.log:\n{logs}")
     latest = results / "latest"
     assert latest.exists(), f"no run directory; output:\n{out}"
     run_dir = latest.resolve()

@@ -114,3 +114,28 @@ def test_a_hung_call_becomes_info_and_a_fresh_worker_takes_over(tmp_path, monkey
     assert not [o for o in ops if o.process == p and o.index > timeouts[0].index]
     assert [o for o in ops if o.process == p + 2 and o.type == "ok"]  # the successor went on
     assert out.valid is True
+
+
+def test_sigusr1_appends_every_threads_stack_to_harness_log(tmp_path):
+    """A run that seems stuck can be asked where it is: `kill -USR1 <pid>`."""
+    import os
+    import signal
+    import time
+
+    log = MemLog()
+    sent = threading.Event()
+
+    def poke() -> None:
+        while not list((tmp_path / "results").glob("*/*/harness.log")):
+            time.sleep(0.05)
+        time.sleep(0.5)  # inside the main phase: the workers are running
+        os.kill(os.getpid(), signal.SIGUSR1)
+        sent.set()
+
+    threading.Thread(target=poke, daemon=True).start()
+    out = run_test(_cfg(tmp_path, time_limit=3), make=lambda cfg: MemClient(log))
+    assert sent.is_set() and out.valid is True
+    text = (out.run_dir / "harness.log").read_text()
+    assert "Thread 0x" in text  # faulthandler's dump of each thread
+    assert "runner.py" in text  # the workers' frames are in the runner
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # the run gave the signal back

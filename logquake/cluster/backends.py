@@ -8,7 +8,7 @@ from pathlib import Path
 from logquake.cluster.cluster import Cluster
 from logquake.cluster.host import Host
 from logquake.cluster.hostcfg import HostEntry, parse_hosts
-from logquake.cluster.lifecycle import NodeSpec
+from logquake.cluster.lifecycle import NodeSpec, PidSignals
 from logquake.cluster.remote import (
     RemoteCluster,
     RemoteState,
@@ -86,7 +86,7 @@ def open_ssh(cfg: TestConfig, run_dir: Path, *, start: bool = True) -> RemoteClu
     return _start(cluster) if start else cluster
 
 
-class _ExternalLifecycle:
+class _ExternalLifecycle(PidSignals):
     """Kill, pause and restart brokers someone else runs: by their pid file and start command."""
 
     def __init__(self, hosts: dict[str, Host], entries: dict[str, HostEntry]) -> None:
@@ -106,24 +106,6 @@ class _ExternalLifecycle:
         rc, out, _ = self.hosts[node].exec(["cat", e.pidfile], timeout=20)
         return int(out.strip()) if rc == 0 and out.strip().isdigit() else None
 
-    def is_up(self, node: str) -> bool:
-        from logquake.cluster.host import pid_alive
-
-        pid = self.pid(node)
-        return pid is not None and pid_alive(self.hosts[node], pid)
-
-    def kill(self, node: str) -> bool:
-        import signal
-
-        from logquake.cluster.host import wait_dead
-
-        pid = self.pid(node)
-        if pid is None or not self.is_up(node):
-            return False
-        self.hosts[node].signal(pid, signal.SIGKILL)
-        wait_dead(self.hosts[node], pid)
-        return True
-
     def start(self, node: str) -> int:
         from logquake.cluster.host import run_checked
 
@@ -134,22 +116,6 @@ class _ExternalLifecycle:
             raise ConfigError(f"hosts.{node}.start", "restarting a killed broker needs a start command")
         run_checked(self.hosts[node], ["sh", "-c", e.start], timeout=60)
         return self.pid(node) or 0
-
-    def pause(self, node: str) -> bool:
-        import signal
-
-        pid = self.pid(node)
-        if pid is not None:
-            self.hosts[node].signal(pid, signal.SIGSTOP)
-        return pid is not None
-
-    def resume(self, node: str) -> bool:
-        import signal
-
-        pid = self.pid(node)
-        if pid is not None:
-            self.hosts[node].signal(pid, signal.SIGCONT)
-        return pid is not None
 
     def logs(self, node: str) -> list[str]:
         return []

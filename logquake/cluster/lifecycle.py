@@ -25,7 +25,7 @@ import yaml
 
 from logquake.cluster.host import Host, pid_alive, run_checked, wait_dead
 
-__all__ = ["NodeSpec", "BrokerLifecycle", "LIBFAKETIME"]
+__all__ = ["NodeSpec", "BrokerLifecycle", "PidSignals", "LIBFAKETIME"]
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 FAKETIME_SITE = str(Path(__file__).with_name("faketime_site"))
@@ -46,8 +46,51 @@ class NodeSpec:
         return f"{self.node_dir}/{leaf}"
 
 
+class PidSignals:
+    """is_up, kill, pause and resume of a broker known by its pid (`self.pid(node)`).
+
+    Shared by our own brokers (BrokerLifecycle) and brokers someone else runs (the external
+    backend), which differ only in where the pid comes from.
+    """
+
+    hosts: Mapping[str, Host]
+
+    def pid(self, node: str) -> int | None:
+        raise NotImplementedError
+
+    def _running_pid(self, node: str) -> int | None:
+        pid = self.pid(node)
+        return pid if pid is not None and pid_alive(self.hosts[node], pid) else None
+
+    def is_up(self, node: str) -> bool:
+        """The broker process exists and is not a zombie (a paused one is up)."""
+        return self._running_pid(node) is not None
+
+    def kill(self, node: str) -> bool:
+        """SIGKILL the broker and wait until it is gone; False when it was not running."""
+        pid = self._running_pid(node)
+        if pid is None:
+            return False
+        self.hosts[node].signal(pid, signal.SIGKILL)
+        wait_dead(self.hosts[node], pid)
+        return True
+
+    def pause(self, node: str) -> bool:
+        pid = self._running_pid(node)
+        if pid is not None:
+            self.hosts[node].signal(pid, signal.SIGSTOP)
+        return pid is not None
+
+    def resume(self, node: str) -> bool:
+        # Any pid, even a dead one's: SIGCONT is harmless and a paused zombie must not stay stopped.
+        pid = self.pid(node)
+        if pid is not None:
+            self.hosts[node].signal(pid, signal.SIGCONT)
+        return pid is not None
+
+
 @dataclass(kw_only=True)
-class BrokerLifecycle:
+class BrokerLifecycle(PidSignals):
     """Starts and stops `logquake broker` processes on hosts.
 
     `faketime` preloads libfaketime with a per-node offset file (clock faults); `lazyfs` puts
@@ -138,15 +181,6 @@ class BrokerLifecycle:
         return self.hosts[node].spawn(argv, pidfile=s.path("broker.pid"), logfile=s.path("broker.out"),
                                       env=self._env(node))
 
-    def kill(self, node: str) -> bool:
-        """SIGKILL the broker and wait until it is gone; False when it was not running."""
-        pid = self._alive(node, "broker.pid")
-        if pid is None:
-            return False
-        self.hosts[node].signal(pid, signal.SIGKILL)
-        wait_dead(self.hosts[node], pid)
-        return True
-
     def stop(self, node: str, *, timeout: float = 10.0) -> None:
         """SIGTERM (a clean stop), then SIGKILL after timeout."""
         pid = self._alive(node, "broker.pid")
@@ -155,18 +189,6 @@ class BrokerLifecycle:
         self.hosts[node].signal(pid, signal.SIGCONT)
         self.hosts[node].signal(pid, signal.SIGTERM)
         wait_dead(self.hosts[node], pid, timeout=timeout)
-
-    def pause(self, node: str) -> bool:
-        pid = self._alive(node, "broker.pid")
-        if pid is not None:
-            self.hosts[node].signal(pid, signal.SIGSTOP)
-        return pid is not None
-
-    def resume(self, node: str) -> bool:
-        pid = self.pid(node)
-        if pid is not None:
-            self.hosts[node].signal(pid, signal.SIGCONT)
-        return pid is not None
 
     def wipe(self, node: str) -> None:
         """Kill the broker and delete its data (through the node's own view of data_dir)."""
@@ -177,10 +199,6 @@ class BrokerLifecycle:
     def logs(self, node: str) -> list[str]:
         s = self.spec(node)
         return [s.path("broker.log"), s.path("broker.out"), s.path("node.yaml"), s.path("lazyfs.log")]
-
-    def is_up(self, node: str) -> bool:
-        """The broker process exists and is not a zombie (a paused one is up)."""
-        return self._alive(node, "broker.pid") is not None
 
     # -- LazyFS: data_dir on a FUSE layer that loses unsynced writes on demand ---------------
 

@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=MATRIX)
     ap.add_argument("--test-count", type=int, default=None)
     ap.add_argument("--time-limit", type=float, default=None)
-    ap.add_argument("--only", action="append", default=[], help="cells whose name contains this (repeatable)")
+    ap.add_argument("--only", action="append", default=[],
+                    help="cells with a name part starting with this: `safe/txn` is not `unsafe/txn_markers`, "
+                         "a trailing `$` asks for the whole rest of the name (repeatable)")
     ap.add_argument("--seed", type=int, default=None, help="first seed (default: the matrix's)")
     ap.add_argument("--results-dir", default="results")
     ap.add_argument("--table", type=Path, nargs="+", help="no runs: the table of these index.json files together")
@@ -47,14 +49,17 @@ def main(argv: list[str] | None = None) -> int:
         runs = [RunResult(**{**r, "expect": tuple(r["expect"]), "bad": tuple(r["bad"])})
                 for path in args.table for r in json.loads(path.read_text())["runs"]]
         if args.only:
-            runs = [r for r in runs if any(o in r.cell for o in args.only)]
+            runs = [r for r in runs if _selected(r.cell, args.only)]
         print(f"{len(runs)} runs from {len(args.table)} index file(s)\n")
         return _print_table(runs)
     matrix = load_matrix(args.config, test_count=args.test_count, time_limit=args.time_limit)
     if args.seed is not None:
         matrix = replace(matrix, seed=args.seed)
     if args.only:
-        matrix = replace(matrix, cells=tuple(c for c in matrix.cells if any(o in c.name for o in args.only)))
+        matrix = replace(matrix, cells=tuple(c for c in matrix.cells if _selected(c.name, args.only)))
+        if not matrix.cells:
+            print(f"recall.py: no cell matches --only {' --only '.join(args.only)}", file=sys.stderr)
+            return 2
     out_dir = Path(args.results_dir) / "recall" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     t0 = time.monotonic()
     runs = run_matrix(matrix, out_dir, results_dir=args.results_dir,
@@ -64,6 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{matrix.test_count} seeds per cell from {matrix.seed}, time_limit {limit} s, "
           f"{time.monotonic() - t0:.0f} s wall; index: {out_dir / 'index.json'}\n")
     return _print_table(runs)
+
+
+def _selected(cell: str, only: list[str]) -> bool:
+    """Does `cell` match one of the --only patterns? A pattern must start where the name or one
+    of its parts does (after `/`, `-` or `:`), so `safe/` never selects an `unsafe/` cell; with
+    a trailing `$` it must also end where the name does (`safe/txn/disk$`)."""
+    for o in only:
+        exact, o = o.endswith("$"), o.rstrip("$")
+        for i in range(len(cell)):
+            if (i == 0 or cell[i - 1] in "/-:") and cell.startswith(o, i) and (not exact or i + len(o) == len(cell)):
+                return True
+    return False
 
 
 def _print_table(runs: list[RunResult]) -> int:

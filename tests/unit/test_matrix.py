@@ -318,3 +318,23 @@ def test_cli_rejects_an_unknown_guarantee_without_running_anything(tmp_path):
     assert p.returncode == 3, p.stdout + p.stderr
     assert "--guarantee" in p.stderr and "exactly-twice" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_recall_table_filters_cells_by_name_part_so_safe_never_selects_unsafe(tmp_path):
+    # benchmarks/recall.py --only: `safe/txn` once also matched `unsafe/txn_markers-partial/kill`
+    runs = [judge(Cell(name=n, config={}, expect=e), 1, _res(*r)) for n, e, r in (
+        ("safe/txn/disk", (), (True,)),
+        ("safe/txn/disk:power-loss", (), (True,)),
+        ("unsafe/txn_markers-partial/kill", ("unseen",), (False, "unseen")))]
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps({"runs": [{**r.__dict__} for r in runs]}))
+    recall = Path(__file__).resolve().parents[2] / "benchmarks" / "recall.py"
+
+    def cells(*only: str) -> list[str]:
+        argv = [sys.executable, str(recall), "--table", str(index)] + [a for o in only for a in ("--only", o)]
+        out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+        return [line.split(" | ")[0].lstrip("| ") for line in out.splitlines() if line.startswith("| ") and "/" in line]
+
+    assert cells("safe/txn") == ["safe/txn/disk", "safe/txn/disk:power-loss"]
+    assert cells("safe/txn/disk$") == ["safe/txn/disk"]
+    assert cells("txn_markers") == ["unsafe/txn_markers-partial/kill"]

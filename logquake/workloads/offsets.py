@@ -183,6 +183,9 @@ def _err_text(e: BaseException | KafkaError) -> str:
     return (err.name() or err.str()) if err is not None else f"{type(e).__name__}: {e}"
 
 
+OP_TIMEOUT = 10.0  # s an op waits for its answer before it is info
+
+
 def consumer_config(bootstrap: str, group: str) -> dict[str, Any]:
     """A consumer that never joins its group: it only commits and fetches offsets."""
     return {
@@ -195,6 +198,12 @@ def consumer_config(bootstrap: str, group: str) -> dict[str, Any]:
         "topic.metadata.refresh.interval.ms": 2_000,
         "log.connection.close": False,
     }
+
+
+def kafka_python_consumer_config(bootstrap: str, group: str, op_timeout: float) -> dict[str, Any]:
+    """kafka-python's KafkaConsumer arguments for the same never-joining consumer."""
+    return {"bootstrap_servers": bootstrap.split(","), "group_id": group, "enable_auto_commit": False,
+            "request_timeout_ms": int(op_timeout * 1000), "reconnect_backoff_max_ms": 1_000}
 
 
 _prepared: set[str] = set()
@@ -226,7 +235,7 @@ class ConfluentOffsetsClient:
     """Commits and fetches offsets through librdkafka; see the module docstring."""
 
     def __init__(self, *, keys: OffsetKeys | None = None, replication_factor: int = 3,
-                 op_timeout: float = 10.0) -> None:
+                 op_timeout: float = OP_TIMEOUT) -> None:
         self.keys = keys or OffsetKeys()
         self.replication_factor = replication_factor
         self.op_timeout = op_timeout
@@ -334,7 +343,7 @@ class KafkaPythonOffsetsClient:
     """
 
     def __init__(self, *, keys: OffsetKeys | None = None, replication_factor: int = 3,
-                 op_timeout: float = 10.0) -> None:
+                 op_timeout: float = OP_TIMEOUT) -> None:
         self.keys = keys or OffsetKeys()
         self.replication_factor = replication_factor
         self.op_timeout = op_timeout
@@ -353,8 +362,7 @@ class KafkaPythonOffsetsClient:
         c = self._consumers.get(group)
         if c is None:
             c = self._consumers[group] = KafkaConsumer(
-                bootstrap_servers=self._bootstrap.split(","), group_id=group, enable_auto_commit=False,
-                request_timeout_ms=int(self.op_timeout * 1000), reconnect_backoff_max_ms=1_000)
+                **kafka_python_consumer_config(self._bootstrap, group, self.op_timeout))
         return c
 
     def invoke(self, op: Op) -> Op:

@@ -101,6 +101,8 @@ def apply_profile(cfg: TestConfig) -> TestConfig:
 def describe(cfg: TestConfig) -> dict[str, Any]:
     """What test.json stores and the run prints: the profile and the resulting client configs."""
     prof = get_profile(cfg.guarantee)
+    if cfg.workload == "offsets":
+        return _describe_offsets(cfg, prof)
     producer, consumer = _client_configs(cfg, prof)
     return {
         "guarantee": prof.name,
@@ -109,6 +111,21 @@ def describe(cfg: TestConfig) -> dict[str, Any]:
         "producer_config": _stable(producer),
         "consumer_config": _stable(consumer),
     }
+
+
+def _describe_offsets(cfg: TestConfig, prof: Profile) -> dict[str, Any]:
+    """The offsets workload has no producer and checks registers, not the queue's anomalies:
+    only its consumers' config (one per group, committing and fetching offsets) applies."""
+    from logquake.workloads import offsets
+
+    group = offsets.offset_keys(cfg).group(0)
+    if cfg.client == "kafka-python":
+        consumer = offsets.kafka_python_consumer_config("<bootstrap>", group, offsets.OP_TIMEOUT)
+    else:
+        consumer = offsets.consumer_config("<bootstrap>", group)
+    consumer["group.id" if "group.id" in consumer else "group_id"] = "lq-offsets-<n>"
+    return {"guarantee": prof.name, "offset_commit": "the ops themselves (OffsetCommit, OffsetFetch)",
+            "allowed_anomalies": [], "producer_config": {}, "consumer_config": _stable(consumer)}
 
 
 def _client_configs(cfg: TestConfig, prof: Profile) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -119,3 +119,13 @@ def test_pipeline_configs_follow_the_profile():
     assert eos["consumer_config"]["enable.auto.commit"] is False
     alo = describe(_cfg(workload="pipeline", guarantee="at-least-once"))
     assert "transactional.id" not in alo["producer_config"] and alo["offset_commit"] == "after"
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_an_offsets_run_describes_its_own_consumers_not_the_queue_clients(client):
+    d = describe(_cfg(workload="offsets", client=client))
+    assert d["producer_config"] == {}  # the workload produces nothing
+    assert d["allowed_anomalies"] == []  # it is checked as registers, not queue anomalies
+    group = d["consumer_config"].get("group.id", d["consumer_config"].get("group_id"))
+    assert group == "lq-offsets-<n>"
+    assert "isolation.level" not in d["consumer_config"] and "transactional.id" not in d["producer_config"]

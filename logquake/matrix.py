@@ -78,9 +78,7 @@ DEFAULT_MATRIX: dict[str, Any] = {
         # longer run.
         {"mode": {"fsync": "never"}, "nemesis": ["disk:power-loss-majority"],
          "expect": ["lost-write", "inconsistent-offsets"],
-         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 8, "time_limit": 60},
-         "known_gap": "caught in 8 of 10 runs: after a majority loses its data the broker sometimes serves no "
-                      "writes again, and only later writes reveal the loss (docs/recall.md)"},
+         "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 8, "time_limit": 60}},
         # Brokers' replies to the clients dropped: writes commit unanswered, the clients retry them.
         {"mode": {"dedup": "off"}, "nemesis": ["partition:replies"], "expect": ["duplicate"],
          "config": {"guarantee": "exactly-once", "rate": 200, "concurrency": 10}},

@@ -49,6 +49,7 @@ def test_the_default_matrix_covers_every_unsafe_mode_and_nemesis():
     for ours, theirs in zip(DEFAULT_MATRIX["unsafe"], recall["unsafe"], strict=True):
         assert {k: v for k, v in ours.get("config", {}).items() if k != "nemesis_interval"} == \
             {k: v for k, v in theirs.get("config", {}).items() if k != "nemesis_interval"}, ours["mode"]
+        assert bool(ours.get("known_gap")) == bool(theirs.get("known_gap")), ours["mode"]  # same gaps declared
     assert any(c.config.get("txn") for c in safe) and any(not c.config.get("txn") for c in safe)
     assert all(c.expect for c in m.cells if c.config.get("broker", {}).get("unsafe"))
 

@@ -46,6 +46,10 @@ log = logging.getLogger("logquake.runner")
 # A hung client call becomes info after this long (the adapters bound their own waits at
 # ~10 s, a transaction's commit plus abort at ~20 s).
 CALL_TIMEOUT = 30.0
+# Closing the clients at teardown, all at once; a close still running then is left behind.
+CLOSE_TIMEOUT = 20.0
+# Past a phase's own bound by this much, every thread's stack is dumped to harness.log.
+BOUND_SLACK = 15.0
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
 
 
@@ -224,15 +228,12 @@ class Worker:
             self.drop_client()
         return done
 
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
 
-
-def _close_aside(client: Client) -> None:
+def _close_aside(client: Client) -> threading.Thread:
     """Close a client on a daemon thread: closing under a hung call may block."""
-    threading.Thread(target=client.close, daemon=True, name="client-close").start()
+    t = threading.Thread(target=client.close, daemon=True, name="client-close")
+    t.start()
+    return t
 
 
 class Watchdog:
@@ -332,10 +333,23 @@ class Crew:
     def alive(self) -> bool:
         return bool(self._alive())
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Close every worker's client at once, waiting at most `timeout` s in all.
+
+        A library's close can block without end (a consumer leaving a group whose coordinator
+        does not answer); such a close is left running on its daemon thread, logged.
+        """
         self.watchdog.close()
+        closing = []
         for w in self.workers:
-            w.close()
+            if w.client is not None:
+                client, w.client = w.client, None
+                closing.append((w.index, _close_aside(client)))
+        deadline = time.monotonic() + timeout
+        for _, t in closing:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if stuck := [i for i, t in closing if t.is_alive()]:
+            log.warning("teardown: the clients of workers %s still closing after %.0f s: left behind", stuck, timeout)
 
 
 # -- the seams to other subpackages ----------------------------------------------------
@@ -474,7 +488,7 @@ def run_test(
     if on_run_dir is not None:
         on_run_dir(run_dir)
     handler = store.attach_harness_log(run_dir)
-    dumps = _stack_dumps_on_sigusr1(run_dir / store.HARNESS_LOG)
+    dumps = StackDumps(run_dir / store.HARNESS_LOG)
     started = time.monotonic()
     try:
         log.info("run %s seed=%s dir=%s", cfg.name, cfg.seed, run_dir)
@@ -485,12 +499,12 @@ def run_test(
         recorder = Recorder(writer, stats)
         with _Interrupt(stop) as intr:
             try:
-                _run_phases(cfg, run_dir, recorder, stats, stop, make, cluster or open_cluster)
+                drain = _run_phases(cfg, run_dir, recorder, stats, stop, make, cluster or open_cluster, dumps)
             finally:
                 recorder.close()  # phase 9: the history is on disk before analysis
             interrupted = intr.hits > 0
         stats.enter("analyse")
-        results = check(load_history(run_dir / store.HISTORY), cfg)
+        results = _with_drain(check(load_history(run_dir / store.HISTORY), cfg), drain)
         if interrupted:
             results["interrupted"] = True
         store.write_results(run_dir, results)
@@ -506,33 +520,50 @@ def run_test(
             store.update_latest(cfg.results_dir, run_dir)
         raise
     finally:
-        dumps()
+        dumps.close()
         store.detach_harness_log(handler)
 
 
-def _stack_dumps_on_sigusr1(path: Path) -> Callable[[], None]:
-    """`kill -USR1 <pid>` appends every thread's stack to `path`: a run that seems stuck says where.
+class StackDumps:
+    """Every thread's stack appended to harness.log: on `kill -USR1 <pid>`, and unasked when
+    a phase outlives its bound (`bound`).
 
-    Returns the undo. Signals are the main thread's to set; elsewhere (tests) nothing is set.
+    faulthandler writes both from its own C code without the GIL, so they get out even when a
+    thread sits in a library call that holds the GIL (confluent-kafka's assign, subscribe and
+    unsubscribe wait on librdkafka holding it) and no Python code can run. The signal is the
+    main thread's to set; elsewhere (tests) only the bounds dump.
     """
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
-        return lambda: None
-    f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held until the undo
-    faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
 
-    def undo() -> None:
-        faulthandler.unregister(signal.SIGUSR1)
-        f.close()
+    def __init__(self, path: Path) -> None:
+        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held until close()
+        self._signal = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1")
+        if self._signal:
+            faulthandler.register(signal.SIGUSR1, file=self._f, all_threads=True)
 
-    return undo
+    @contextlib.contextmanager
+    def bound(self, what: str, seconds: float) -> Iterator[None]:
+        """Dump every stack once if the block is still running after `seconds`."""
+        log.info("%s bounded at %.0f s (past it, every thread's stack is dumped here)", what, seconds)
+        faulthandler.dump_traceback_later(seconds, file=self._f)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+    def close(self) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        if self._signal:
+            faulthandler.unregister(signal.SIGUSR1)
+        self._f.close()
 
 
 def _run_phases(
     cfg: TestConfig, run_dir: Path, recorder: Recorder, stats: Stats, stop: threading.Event,
     make: Callable[[TestConfig], Client],
     opener: Callable[[TestConfig, Path], contextlib.AbstractContextManager[Any]],
-) -> None:
-    """Phases 3-8; every exit path heals and tears down."""
+    dumps: StackDumps,
+) -> dict[str, Any] | None:
+    """Phases 3-8; every exit path heals and tears down. What the drain reached (None if none ran)."""
     assert cfg.seed is not None
     stats.enter("cluster")
     with opener(cfg, run_dir) as cluster:
@@ -559,20 +590,24 @@ def _run_phases(
             if crew is None:
                 _pipeline(cfg, cluster.bootstrap_servers, recorder, scheduler, stats, stop)
                 scheduler = None  # healed inside
-                return
-            _main_phase(cfg, crew, scheduler, stats, stop)
+                return None
+            with dumps.bound("main phase", cfg.time_limit + CALL_TIMEOUT + BOUND_SLACK):
+                _main_phase(cfg, crew, scheduler, stats, stop)
             _heal(scheduler, stats)
             scheduler = None
             if not stop.is_set():
                 stats.enter("recovery")
                 stop.wait(cfg.recovery_time)
-            if not stop.is_set():
-                _drain_phase(cfg, crew, stats, stop)
+            if stop.is_set():
+                return None
+            with dumps.bound("drain", cfg.drain_time + CALL_TIMEOUT + BOUND_SLACK):
+                return _drain_phase(cfg, crew, stats, stop)
         finally:
             _heal(scheduler, stats)
             stats.enter("teardown")
             if crew is not None:
-                crew.close()
+                with dumps.bound("closing the clients", CLOSE_TIMEOUT + BOUND_SLACK):
+                    crew.close(CLOSE_TIMEOUT)
             if nemesis is not None:
                 with _logged("nemesis teardown"):
                     nemesis.teardown()
@@ -625,7 +660,8 @@ def _heal(scheduler: Any, stats: Stats) -> None:
         scheduler.stop_and_heal()
 
 
-def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Event) -> None:
+def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Event) -> dict[str, Any] | None:
+    """Phase 7, at most drain_time s plus one call's timeout; which workers read everything."""
     stats.enter(DRAIN)
     over = threading.Event()
     # Fresh clients: the drain asks what the log holds, not what a client that lived
@@ -638,6 +674,34 @@ def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Even
         stop.wait(0.2)
     over.set()
     crew.join(CALL_TIMEOUT + 5)
+    drained = getattr(crew.gen, "drained", None)  # the queue generator's; other workloads say nothing
+    if drained is None:
+        return None
+    with crew.gen_lock:
+        short = [w.index for w in crew.workers if not drained(w.index)]
+    if short:
+        log.warning("drain: workers %s did not read up to every key's highest known offset within %.0f s",
+                    short, cfg.drain_time)
+    return {"complete": not short, "workers_short": short}
+
+
+def _with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[str, Any]:
+    """The verdict, knowing whether the drain read everything.
+
+    Values nobody read are `unseen`; after an incomplete drain that proves nothing (the
+    drain may simply have run out of time), so a verdict resting on unseen alone is unknown.
+    """
+    if drain is None:
+        return results
+    results["drain"] = drain
+    if drain["complete"]:
+        return results
+    bad = set(results.get("bad_error_types") or [])
+    if results.get("valid") is False and bad <= {"unseen"}:
+        results["valid"] = "unknown"
+        results.setdefault("error", "the drain did not read every key up to its highest known offset: "
+                                    "unseen values may only be unread")
+    return results
 
 
 @contextlib.contextmanager

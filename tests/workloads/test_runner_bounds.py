@@ -1,0 +1,111 @@
+"""A run ends, with its verdict, whatever its clients do: bounded phases over an in-memory log.
+
+A hung run must also say where it hangs: past a phase's bound every thread's stack goes to
+harness.log, written by faulthandler without the GIL, so even a library call that holds the
+GIL (confluent-kafka's assign waits on librdkafka holding it) cannot keep it out.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from logquake import runner
+from logquake.history import load_history
+
+from .memlog import MemClient, MemLog
+from .test_runner_memlog import _cfg, run_test
+
+
+def _hold_the_gil() -> None:
+    # One regex match with catastrophic backtracking: seconds inside C, GIL held throughout.
+    re.match(r"(a+)+$", "a" * 26 + "b")
+
+
+class _DrainHoldsTheGil(MemClient):
+    """Its first drain poll holds the GIL for seconds, as a stuck C-library call would."""
+
+    def __init__(self, log: MemLog) -> None:
+        super().__init__(log)
+        self.draining = False
+
+    def invoke(self, op):
+        if op.f == "assign" and op.get("seek_to_beginning"):
+            self.draining = True
+        elif self.draining and op.f == "poll":
+            self.draining = False
+            _hold_the_gil()
+        return super().invoke(op)
+
+
+@pytest.mark.timeout(120)
+def test_a_drain_past_its_bound_dumps_every_stack_even_while_the_gil_is_held(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "CALL_TIMEOUT", 2.0)
+    monkeypatch.setattr(runner, "BOUND_SLACK", -2.7)  # drain bound: 1 + 2 - 2.7 = 0.3 s
+    log = MemLog()
+    out = run_test(_cfg(tmp_path, time_limit=1, drain_time=1, concurrency=1), make=lambda cfg: _DrainHoldsTheGil(log))
+    text = (out.run_dir / "harness.log").read_text()
+    assert "drain bounded at" in text
+    dump = text[text.index("phase drain"):]
+    assert "Timeout (" in dump and "Thread 0x" in dump, dump[:3000]
+    # Written while the worker was still inside the call that held the GIL, naming it.
+    assert "in _hold_the_gil" in dump, dump[:3000]
+    # And the run still ended with its verdict: the stuck drain read nothing, so unknown.
+    assert out.results["drain"]["complete"] is False and out.valid == "unknown"
+
+
+class _CloseNeverReturns(MemClient):
+    release = threading.Event()
+
+    def close(self) -> None:
+        self.release.wait()
+
+
+@pytest.mark.timeout(120)
+def test_a_client_close_that_never_returns_does_not_hang_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "CLOSE_TIMEOUT", 1.0)
+    log = MemLog()
+    try:
+        out = run_test(_cfg(tmp_path, time_limit=1, drain_time=3), make=lambda cfg: _CloseNeverReturns(log))
+    finally:
+        _CloseNeverReturns.release.set()
+    assert out.valid is True
+    text = (out.run_dir / "harness.log").read_text()
+    assert "still closing after 1 s: left behind" in text
+    assert (out.run_dir / "results.json").is_file()
+
+
+class _DrainReadsNothing(MemClient):
+    """Reads nothing once the drain has begun (as behind a last stable offset that never moves)."""
+
+    def invoke(self, op):
+        done = super().invoke(op)
+        if op.f == "assign" and op.get("seek_to_beginning"):
+            self.assigned = []  # its polls from here on find nothing
+        return done
+
+
+def test_a_drain_that_cannot_read_everything_gives_unknown_not_a_verdict_on_unread_values(tmp_path):
+    log = MemLog()
+    out = run_test(_cfg(tmp_path, time_limit=1, drain_time=1, concurrency=2), make=lambda cfg: _DrainReadsNothing(log))
+    assert out.results["drain"] == {"complete": False, "workers_short": [0, 1]}
+    assert out.valid == "unknown" and out.exit_code == runner.EXIT_UNKNOWN
+    assert "drain did not read" in out.results["error"]
+    assert "did not read up to every key's highest known offset" in (out.run_dir / "harness.log").read_text()
+    assert any(o.f == "poll" and o.type == "ok" for o in load_history(out.run_dir / "history.jsonl"))
+
+
+def test_a_complete_drain_is_noted_and_leaves_the_verdict_alone(tmp_path):
+    log = MemLog()
+    out = run_test(_cfg(tmp_path, time_limit=1), make=lambda cfg: MemClient(log))
+    assert out.results["drain"] == {"complete": True, "workers_short": []}
+    assert out.valid is True
+
+
+def test_a_lossy_log_stays_invalid_after_an_incomplete_drain(tmp_path):
+    # Lost writes are proof whatever the drain reached: only unseen alone turns unknown.
+    results = runner._with_drain({"valid": False, "bad_error_types": ["lost-write", "unseen"]},
+                                 {"complete": False, "workers_short": [0]})
+    assert results["valid"] is False

@@ -104,6 +104,24 @@ def test_a_complete_drain_is_noted_and_leaves_the_verdict_alone(tmp_path):
     assert out.valid is True
 
 
+class _OnlyWorkerZeroDrains(_DrainReadsNothing):
+    """Worker 0's clients read the drain through; the other workers' read nothing."""
+
+    def open(self, bootstrap_servers: str) -> None:
+        self.worker = threading.current_thread().name  # the runner opens it on the worker's thread
+
+    def invoke(self, op):
+        return MemClient.invoke(self, op) if self.worker == "worker-0" else super().invoke(op)
+
+
+def test_one_worker_that_read_everything_makes_the_drain_complete(tmp_path):
+    log = MemLog()
+    out = run_test(_cfg(tmp_path, time_limit=1, drain_time=2, concurrency=2),
+                   make=lambda cfg: _OnlyWorkerZeroDrains(log))
+    assert out.results["drain"] == {"complete": True, "workers_short": [1]}
+    assert out.valid is True
+
+
 def test_a_lossy_log_stays_invalid_after_an_incomplete_drain(tmp_path):
     # Lost writes are proof whatever the drain reached: only unseen alone turns unknown.
     results = runner._with_drain({"valid": False, "bad_error_types": ["lost-write", "unseen"]},

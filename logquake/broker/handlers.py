@@ -48,6 +48,7 @@ UNKNOWN_SERVER_ERROR = -1
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 CLUSTER_ID = "logquake"
+_REQ_STAT = {k: f"req_{k}" for k in range(80)}  # the 5 s stats count requests per API key
 
 
 
@@ -74,6 +75,7 @@ class KafkaApi:
         self._by_key[api_key] = lambda req: handler(req, self.node)
 
     def handle(self, req: Request) -> Any:
+        self.node.stats[_REQ_STAT.get(req.api_key, "req_other")] += 1
         return self._by_key[req.api_key](req)
 
     # ---- ApiVersions ---------------------------------------------------------------------------
@@ -222,24 +224,31 @@ class KafkaApi:
             return self._fetch_response(req, topics)
         return self._fetch_wait(req, watch)
 
-    async def _fetch_wait(self, req: Request, watch: list[Any]) -> Any:
+    async def _fetch_wait(self, req: Request, watch: list[tuple[Any, int]]) -> Any:
+        """Long poll: one future, woken by any watched partition's new commits or the deadline.
+
+        A wake-up only counts the bytes now readable (no response is built) until they
+        reach min_bytes or a partition stops being ours to serve; then one response."""
         b = req.body
-        deadline = time.monotonic() + b.max_wait_ms / 1000
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + b.max_wait_ms / 1000
+        read_committed = b.isolation_level == 1
+        leak = self.node.cfg.unsafe.get("read_committed") == "leak"
+        while (remaining := deadline - loop.time()) > 0:
+            woken: asyncio.Future[None] = loop.create_future()
+            for rep, _ in watch:
+                rep.wake_on_data(woken)
+            timer = loop.call_later(remaining, _set_none, woken)
+            try:
+                await woken
+            finally:
+                timer.cancel()
+            if _readable(watch, b.min_bytes, read_committed, leak) >= b.min_bytes:
                 break
-            futs = [rep.wait_for_data() for rep in watch]
-            await asyncio.wait(futs, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            for f in futs:
-                f.cancel()
-            topics, size, watch2, errors = self._fetch_once(req)
-            if size >= b.min_bytes or errors:
-                return self._fetch_response(req, topics)
         topics, _, _, _ = self._fetch_once(req)
         return self._fetch_response(req, topics)
 
-    def _fetch_once(self, req: Request) -> tuple[list[Any], int, list[Any], bool]:
+    def _fetch_once(self, req: Request) -> tuple[list[Any], int, list[tuple[Any, int]], bool]:
         b = req.body
         cls = codec.API_RANGES[ApiKey.FETCH][3][req.api_version]
         T = cls.FetchableTopicResponse
@@ -271,7 +280,7 @@ class KafkaApi:
                                        for a in txn_index.aborted_between(st.txns, p.fetch_offset, upper)]
                         budget -= len(records)
                         total += len(records)
-                        watch.append(rep)
+                        watch.append((rep, p.fetch_offset))
                 if err != NONE:
                     errors = True
                     self._reject(req, t.topic, p.partition, err)
@@ -438,3 +447,27 @@ class KafkaApi:
         if pid is None:
             return cls(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
         return cls(throttle_time_ms=0, error_code=NONE, producer_id=pid, producer_epoch=0)
+
+
+def _set_none(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _readable(watch: list[tuple[Any, int]], enough: int, read_committed: bool, leak: bool) -> int:
+    """Bytes a fetch from these (replica, offset) positions would now return, counted up to
+    `enough`; `enough` at once when a replica stopped leading (the answer is an error)."""
+    total = 0
+    for rep, offset in watch:
+        st = rep.state
+        if not rep.is_ready_leader or not st.log_start_offset <= offset <= st.next_offset:
+            return enough
+        upper = txn_index.fetch_upper_bound(st.txns, st.next_offset, read_committed=read_committed, leak=leak)
+        batches = st.batches
+        i = st.locate(offset) if offset < upper else len(batches)
+        while i < len(batches) and batches[i].base_offset < upper:
+            total += batches[i].length
+            if total >= enough:
+                return total
+            i += 1
+    return total

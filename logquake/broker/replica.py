@@ -184,12 +184,12 @@ class PartitionReplica(_GroupBase):
             if e is not None:
                 pmod.apply(self.state, index=e.index, term=e.term, data=e.data)
 
-    def wait_for_data(self) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def wake_on_data(self, fut: asyncio.Future[None]) -> None:
+        """Resolve `fut` when committed entries move the high watermark (a long-polling fetch
+        registers one future with each partition it watches; the first wake-up wins)."""
         if len(self._hw_waiters) > 256:  # long polls on an idle partition: drop the finished ones
             self._hw_waiters = [f for f in self._hw_waiters if not f.done()]
         self._hw_waiters.append(fut)
-        return fut
 
     def _wake_fetchers(self) -> None:
         waiters, self._hw_waiters = self._hw_waiters, []

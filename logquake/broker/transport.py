@@ -89,8 +89,9 @@ class PeerTransport:
                 continue
             if w.transport.get_write_buffer_size() > MAX_BUFFERED:
                 continue
-            body_len = sum(len(p) for p in parts)
-            w.write(struct.pack(">I", body_len))
+            # One writelines: the length prefix written alone would be a syscall (and a
+            # packet) of its own.
+            parts.insert(0, struct.pack(">I", sum(len(p) for p in parts)))
             w.writelines(parts)
 
     def connected(self) -> set[int]:

@@ -111,6 +111,37 @@ def test_long_poll_fetch_returns_when_data_arrives(cluster, leader) -> None:
     assert fp.error_code == 0 and b"late" in fp.records  # returned with the new record, not empty at timeout
 
 
+def test_long_poll_fetch_waits_for_min_bytes(cluster, leader) -> None:
+    """A record smaller than min_bytes does not end the long poll; the second one does."""
+    L = ListOffsetsRequest[7]
+    hw = kafka_request(*leader, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(name="ver", partitions=[
+        L.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-1, current_leader_epoch=-1)])])
+    ).topics[0].partitions[0].offset
+    F = FetchRequest[12]
+    freq = F(replica_id=-1, max_wait_ms=30_000, min_bytes=len(_batch([b"m1"])) + 1, max_bytes=1 << 20,
+             isolation_level=0, session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic="ver", partitions=[
+                 F.FetchTopic.FetchPartition(partition=0, fetch_offset=hw, log_start_offset=-1,
+                                             partition_max_bytes=1 << 20)])],
+             forgotten_topics_data=[], rack_id="")
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(kafka_request(*leader, freq, timeout=60)))
+    t.start()
+    P = ProduceRequest[9]
+
+    def produce(v: bytes) -> None:
+        kafka_request(*leader, P(transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[P.TopicProduceData(
+            name="ver", partition_data=[P.TopicProduceData.PartitionProduceData(index=0, records=_batch([v]))])]))
+
+    produce(b"m1")
+    t.join(1.0)
+    assert t.is_alive() and not result, "the long poll returned before min_bytes were readable"
+    produce(b"m2")
+    t.join(60)
+    assert result, "the long poll never returned"
+    fp = result[0].responses[0].partitions[0]
+    assert fp.error_code == 0 and b"m1" in fp.records and b"m2" in fp.records
+
+
 @pytest.mark.parametrize("v", _versions(ApiKey.CREATE_TOPICS))
 def test_create_topics_errors(cluster, v) -> None:
     C = CreateTopicsRequest[v]

@@ -23,11 +23,12 @@ states), explained step by step in plain words.
 from __future__ import annotations
 
 import time
-from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from logquake.checker.options import CheckOptions
 from logquake.checker.queue_index import INF, QueueIndex, Txn
@@ -104,55 +105,88 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
 
 
 def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
-    """Adjacency lists over ops (ids 0..n-1) and time nodes (n..)."""
+    """Adjacency lists over ops (ids 0..n-1) and time nodes (n..).
+
+    Edges are gathered as arrays, kind by kind (ww, wr, process, realtime), then grouped
+    by source with a stable sort: each node lists its successors in that order, which is
+    the order the search walks them (and so the order components are found in).
+    """
     txns = ix.txns
     n = len(txns)
-    nodes = [t for t in txns if t.type != "fail"]
-    adj: list[list[int]] = [[] for _ in range(n)]
+    inv = np.fromiter((t.inv_index for t in txns), dtype=np.float64, count=n)
+    comp = np.fromiter((t.comp_index for t in txns), dtype=np.float64, count=n)
+    srcs: list = []
+    dsts: list = []
     if opts.ww_deps:
-        for k, ko in ix.orders.items():
-            writers = ix.writer_of.get(k, {})
-            if ko.conflicts:  # offsets with two values: no single chain, ask each writer
-                for v1, t in writers.items():
-                    nxt = _next_writer(ix, k, v1, t) if t.type != "fail" else None
-                    if nxt is not None and not t.comp_index < nxt[0].inv_index:
-                        adj[t.id].append(nxt[0].id)
-                continue
-            prev = None
-            for v in ko.values:
-                w = writers.get(v)
-                if w is None or w.type == "fail":
-                    continue
-                # An edge from an op that completed before its target began is already
-                # implied by the realtime chain: leave it out (most edges are such).
-                if prev is not None and w is not prev and not prev.comp_index < w.inv_index:
-                    adj[prev.id].append(w.id)
-                prev = w
-    _wr_edges(ix, nodes, adj, opts.ww_deps)
-    last_of: dict[Any, Txn] = {}
-    for t in nodes:
-        prev = last_of.get(t.process)
-        if prev is not None:
-            adj[prev.id].append(t.id)
-        last_of[t.process] = t
-    # Realtime via time nodes: time node j stands for the j-th invocation.
-    by_inv = sorted(nodes, key=attrgetter("inv_index"))
-    invs = [t.inv_index for t in by_inv]
-    base = n
-    for j, t in enumerate(by_inv):
-        adj.append([t.id, base + j + 1] if j + 1 < len(by_inv) else [t.id])
-    for t in nodes:
-        if t.comp_index != INF:
-            j = bisect_right(invs, t.comp_index)
-            if j < len(by_inv):
-                adj[t.id].append(base + j)
-    return adj
+        _ww_edges(ix, inv, comp, srcs, dsts)
+    nodes = [t for t in txns if t.type != FAIL]
+    ws, rs = _wr_edges(ix, nodes, opts.ww_deps)
+    srcs.append(np.asarray(ws, dtype=np.int64))
+    dsts.append(np.asarray(rs, dtype=np.int64))
+    ids = np.fromiter((t.id for t in nodes), dtype=np.int64, count=len(nodes))
+    # process: each op to the next op of its process
+    procs: dict = {}
+    code = np.fromiter(
+        (procs.setdefault(t.process, len(procs)) for t in nodes), dtype=np.int64, count=len(nodes)
+    )
+    by_proc = np.argsort(code, kind="stable")
+    same = code[by_proc[1:]] == code[by_proc[:-1]]
+    srcs.append(ids[by_proc[:-1]][same])
+    dsts.append(ids[by_proc[1:]][same])
+    # realtime via time nodes: time node j stands for the j-th invocation
+    by_inv = ids[np.argsort(inv[ids], kind="stable")]
+    m = len(by_inv)
+    tnodes = np.arange(n, n + m, dtype=np.int64)
+    srcs += [tnodes, tnodes[:-1]]
+    dsts += [by_inv, tnodes[1:]]
+    done = comp[ids] != INF
+    j = np.searchsorted(inv[by_inv], comp[ids][done], side="right")
+    srcs.append(ids[done][j < m])
+    dsts.append(j[j < m] + n)
+    src = np.concatenate(srcs)
+    order = np.argsort(src, kind="stable")
+    # Through an object array of the node ids, so the lists share one int object per node
+    # rather than making one per edge (millions).
+    ints = np.arange(n + m).astype(object)
+    dst = ints[np.concatenate(dsts)[order]].tolist()
+    bounds = np.searchsorted(src[order], np.arange(n + m + 1)).tolist()
+    return [dst[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
-def _wr_edges(ix: QueueIndex, nodes: list[Txn], adj: list[list[int]], ww_deps: bool) -> None:
-    """writer -> reader, leaving out those the realtime chain implies."""
+def _ww_edges(ix: QueueIndex, inv: np.ndarray, comp: np.ndarray, srcs: list, dsts: list) -> None:
+    """Each writer to the next other writer in its key's version order.
+
+    An edge from an op that completed before its target began is already implied by the
+    realtime chain: left out (most edges are such).
+    """
+    for k, ko in ix.orders.items():
+        writers = ix.writer_of.get(k, {})
+        if ko.conflicts:  # offsets with two values: no single chain, ask each writer
+            a, b = [], []
+            for v1, t in writers.items():
+                nxt = _next_writer(ix, k, v1, t) if t.type != FAIL else None
+                if nxt is not None and not t.comp_index < nxt[0].inv_index:
+                    a.append(t.id)
+                    b.append(nxt[0].id)
+            srcs.append(np.asarray(a, dtype=np.int64))
+            dsts.append(np.asarray(b, dtype=np.int64))
+            continue
+        ids = [w.id for w in map(writers.get, ko.values) if w is not None and w.type != FAIL]
+        if len(ids) < 2:
+            continue
+        w = np.asarray(ids, dtype=np.int64)
+        a, b = w[:-1], w[1:]
+        keep = (a != b) & ~(comp[a] < inv[b])
+        srcs.append(a[keep])
+        dsts.append(b[keep])
+
+
+def _wr_edges(ix: QueueIndex, nodes: list[Txn], ww_deps: bool) -> tuple[list[int], list[int]]:
+    """writer -> reader, leaving out those the realtime chain implies: (writers, readers)."""
     writer_of = ix.writer_of
     nobody: dict = {}
+    ws: list[int] = []
+    rs: list[int] = []
     for t in nodes:
         if not t.reads:
             continue
@@ -166,11 +200,14 @@ def _wr_edges(ix: QueueIndex, nodes: list[Txn], adj: list[list[int]], ww_deps: b
             if ww_deps:
                 w = writers.get(pairs[-1][1])
                 if w is not None and w is not t and w.type != FAIL and not w.comp_index < inv:
-                    adj[w.id].append(tid)
+                    ws.append(w.id)
+                    rs.append(tid)
                 continue
             for w in set(map(writers.get, map(_second, pairs))):
                 if w is not None and w is not t and w.type != FAIL and not w.comp_index < inv:
-                    adj[w.id].append(tid)
+                    ws.append(w.id)
+                    rs.append(tid)
+    return ws, rs
 
 
 def strongly_connected(adj: list[list[int]], n_real: int, deadline: float) -> list[list[int]]:

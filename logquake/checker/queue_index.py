@@ -102,7 +102,7 @@ def parse_mops(
         return sends, reads
     if keys is None:
         keys = {}
-    pairs_of, first_at = gather if gather is not None else ({}, {})
+    pairs_of, first_at = gather if gather is not None else (None, None)
     for mop in value:
         f = mop[0]
         if f == "send":
@@ -121,6 +121,8 @@ def parse_mops(
                     k = keys[ks] = key_of(ks)
                 got = reads.get(k)
                 reads[k] = pairs if got is None else got + pairs
+                if pairs_of is None:
+                    continue
                 all_pairs = pairs_of.get(k)
                 if all_pairs is None:
                     pairs_of[k] = all_pairs = []
@@ -180,6 +182,13 @@ def build_index(ops: list[Op]) -> QueueIndex:
     (one loop over the ops), who read each value first (ok ops, backwards), and where
     each op's reads of a key land in the version order (`Txn.pos`).
     """
+    from logquake.checker.queue_flat import flat_index  # here: it imports this module
+
+    ix = QueueIndex()
+    _gather(ix, ops, None, None)
+    if flat_index(ix):
+        return ix
+    # Some offset or value is not a 64-bit integer: the general path, from the start.
     ix = QueueIndex()
     pairs_of: dict[Any, list] = {}  # key -> every (offset, value) seen, for the version order
     first_at: dict[Any, tuple] = {}
@@ -192,12 +201,12 @@ def build_index(ops: list[Op]) -> QueueIndex:
     return ix
 
 
-def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list], first_at: dict) -> None:
-    """The one loop over the ops: txns, events, writers, and the pairs of every key."""
+def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, first_at: dict | None) -> None:
+    """The one loop over the ops: txns, events, writers, and (unless None) the pairs of every key."""
     in_flight: dict[Any, Op] = {}
     keys: dict = {}
     txns, events, writer_of, failed = ix.txns, ix.events, ix.writer_of, ix.failed_writes
-    gather = (pairs_of, first_at)
+    gather = (pairs_of, first_at) if pairs_of is not None else None
     client = 0
     for op in ops:
         p = op.process
@@ -240,7 +249,7 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list], first_at: 
             _add_sends(t, writer_of, failed, pairs_of, first_at)
 
 
-def _add_sends(t: Txn, writer_of: dict, failed: dict, pairs_of: dict, first_at: dict) -> None:
+def _add_sends(t: Txn, writer_of: dict, failed: dict, pairs_of: dict | None, first_at: dict | None) -> None:
     """Gather one op's sends (after its reads, as its rank in `first_at` says)."""
     for r, (k, v, o) in enumerate(t.sends, len(t.reads)):
         w = writer_of.get(k)
@@ -249,7 +258,7 @@ def _add_sends(t: Txn, writer_of: dict, failed: dict, pairs_of: dict, first_at: 
         w[v] = t
         if t.type == FAIL:
             failed.setdefault(k, set()).add(v)
-        elif t.committed and o is not None:
+        elif t.committed and o is not None and pairs_of is not None:
             got = pairs_of.get(k)
             if got is None:
                 pairs_of[k] = got = []
@@ -403,7 +412,11 @@ def _conflicts(allp: list) -> dict[int, list]:
 
 def _key_order(log: dict[int, Any], conflicts: dict[int, list]) -> KeyOrder:
     offsets = sorted(log)
-    values = [log[o] for o in offsets]
+    return key_order_sorted(offsets, [log[o] for o in offsets], conflicts)
+
+
+def key_order_sorted(offsets: list[int], values: list[Any], conflicts: dict[int, list]) -> KeyOrder:
+    """A KeyOrder from a key's offsets (sorted, distinct) and the value at each."""
     n = len(offsets)
     index_of_offset = dict(zip(offsets, range(n), strict=True))
     if not conflicts and len(set(values)) == n:  # the common case: no duplicates

@@ -1,0 +1,257 @@
+"""build_index's passes over every read, done as numpy passes over flat per-key arrays.
+
+A history's reads are millions of small [offset, value] lists. Walking them in Python,
+even through C helpers (map, zip, dict), touches each several times across a heap of
+gigabytes. Here each key's reads are copied once into one int64 array (offsets and
+values interleaved, in op order, one group per op that read the key), and the first
+reader of each value, the version order and where each op's reads land in it are
+computed as whole-array operations. What they produce is exactly what the general path
+of queue_index.py produces; that path still runs when some offset or value is not a
+64-bit integer (array('q') refuses None, strings, floats and huge ints alike).
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import chain, compress
+from typing import Any
+
+import numpy as np
+
+from logquake.checker.queue_index import (
+    _NOWHERE,
+    INFO,
+    OK,
+    QueueIndex,
+    _conflicts,
+    _pairs_in_order,
+    _rank,
+    key_order_sorted,
+)
+from logquake.history import FAIL
+
+_I64 = np.int64
+
+
+class _NotInts(Exception):
+    """Some read or send does not fit the int64 arrays: use the general path."""
+
+
+def flat_index(ix: QueueIndex) -> bool:
+    """Fill ix.reads_ok, ix.orders, Txn.committed / pos / max_read; False if not all ints.
+
+    ix holds the gathered txns (queue_index._gather without pairs). On False nothing in
+    ix was changed that the general path does not set again.
+    """
+    try:
+        reads, sends, first_at, g_tid, g_len = _collect(ix)
+    except _NotInts:
+        return False
+    txns = ix.txns
+    ok_t = np.fromiter((t.type == OK for t in txns), dtype=bool, count=len(txns))
+    g_tid_a = np.asarray(g_tid, dtype=_I64)
+    g_len_a = np.asarray(g_len, dtype=_I64)
+    per_key = {}  # k -> (offsets, values, group ids, group lengths, op id of each group)
+    for k, (a, gids) in reads.items():
+        flat = np.frombuffer(a, dtype=_I64)
+        gids_a = np.asarray(gids, dtype=_I64)
+        per_key[k] = (flat[0::2], flat[1::2], gids_a, g_len_a[gids_a], g_tid_a[gids_a])
+    del reads  # the arrays live on in per_key, which frees each key's once it is placed
+    _first_readers(ix, per_key, ok_t)
+    _commit_info(ix, first_at)
+    committed = np.fromiter((t.committed for t in txns), dtype=bool, count=len(txns))
+    keys = sorted(first_at, key=first_at.__getitem__)
+    groups = _Groups(len(g_len))
+    _version_orders(ix, keys, per_key, sends, committed, groups)
+    groups.assign(ix)
+    return True
+
+
+def _collect(ix: QueueIndex) -> tuple:
+    """One loop over the ops' reads and sends: each key's reads as one int64 array.
+
+    A group is one op's reads of one key; groups are numbered in op order, then in the
+    op's order of keys (the order of Txn.pos). Sends that may join the version order (of
+    ok and info ops, with an offset) are kept per key as (offsets, values, op ids).
+    """
+    groups: dict[Any, tuple[list, list]] = {}  # key -> (read lists, group ids)
+    sends: dict[Any, tuple[list, list, list]] = {}
+    first_at: dict[Any, tuple] = {}  # key -> (op id, rank) where it was first gathered
+    g_tid: list[int] = []
+    g_len: list[int] = []
+    for t in ix.txns:
+        tid = t.id
+        if t.reads:
+            for r, (k, pairs) in enumerate(t.reads.items()):
+                e = groups.get(k)
+                if e is None:
+                    groups[k] = e = ([], [])
+                    first_at.setdefault(k, (tid, r))
+                e[0].append(pairs)
+                e[1].append(len(g_tid))
+                g_tid.append(tid)
+                g_len.append(len(pairs))
+        if t.sends and t.type != FAIL:
+            ok = t.type == OK
+            for r, (k, v, o) in enumerate(t.sends, len(t.reads)):
+                if o is None:
+                    continue
+                s = sends.get(k)
+                if s is None:
+                    sends[k] = s = ([], [], [])
+                s[0].append(o)
+                s[1].append(v)
+                s[2].append(tid)
+                if ok and k not in first_at:
+                    first_at[k] = (tid, r)
+    reads: dict[Any, tuple[array, list]] = {}
+    try:
+        for k, (lists, gids) in groups.items():
+            a = array("q")
+            a.extend(chain.from_iterable(chain.from_iterable(lists)))
+            if len(a) != 2 * sum(g_len[g] for g in gids):  # some pair is not [offset, value]
+                raise _NotInts
+            reads[k] = (a, gids)
+        flat_sends = {
+            k: (np.frombuffer(array("q", o), dtype=_I64), np.frombuffer(array("q", v), dtype=_I64), tids)
+            for k, (o, v, tids) in sends.items()
+        }
+    except (TypeError, OverflowError):
+        raise _NotInts from None
+    return reads, flat_sends, first_at, g_tid, g_len
+
+
+def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> None:
+    """reads_ok: key -> value -> id of the first ok op that read it; keys in first-read order."""
+    reads_ok: dict[Any, dict] = {}
+    for k, (_, vals, _, lens, g_tids) in per_key.items():
+        # Keys some ok op read (even an empty list of pairs), as queue_index does.
+        if not ok_t[g_tids].any():
+            continue
+        tids = np.repeat(g_tids, lens)
+        okp = ok_t[tids]
+        v, t = vals[okp], tids[okp]
+        order = np.argsort(v, kind="stable")  # t is ascending, so each value's first is its least
+        v, t = v[order], t[order]
+        first = np.empty(len(v), dtype=bool)
+        if len(v):
+            first[0] = True
+            np.not_equal(v[1:], v[:-1], out=first[1:])
+        reads_ok[k] = dict(zip(v[first].tolist(), t[first].tolist(), strict=True))
+    txns = ix.txns
+    first = {k: min(d.values(), default=len(txns)) for k, d in reads_ok.items()}
+    order = sorted(reads_ok, key=lambda k: (first[k], _rank(txns, first[k], k)))
+    ix.reads_ok = {k: reads_ok[k] for k in order}
+
+
+def _commit_info(ix: QueueIndex, first_at: dict) -> None:
+    """Must have committed: ok, or info with a value some ok op read (Jepsen's rule)."""
+    reads_ok = ix.reads_ok
+    for t in ix.txns:
+        if t.type == INFO:
+            t.committed = any(v in reads_ok.get(k, ()) for k, v, _ in t.sends)
+            if not t.committed:
+                continue
+            for r, (k, _, o) in enumerate(t.sends, len(t.reads)):
+                if o is None:
+                    continue
+                at = first_at.get(k)
+                if at is None or (t.id, r) < at:
+                    first_at[k] = (t.id, r)
+
+
+def _version_orders(
+    ix: QueueIndex, keys: list, per_key: dict, sends: dict, committed: np.ndarray, groups: _Groups
+) -> None:
+    """ix.orders from every read and committed send; each key's reads then placed in it."""
+    empty = np.zeros(0, dtype=_I64)
+    unique: dict[Any, np.ndarray] = {}
+    mixed: list = []
+    for k in keys:
+        reads = per_key.pop(k, None)
+        ro, rv = reads[:2] if reads is not None else (empty, empty)
+        s = sends.get(k)
+        if s is not None:
+            keep = committed[np.asarray(s[2], dtype=_I64)]
+            offs, vals = np.concatenate((ro, s[0][keep])), np.concatenate((rv, s[1][keep]))
+        else:
+            offs, vals = ro, rv
+        order = np.argsort(offs, kind="stable")
+        so, sv = offs[order], vals[order]
+        new = np.empty(len(so), dtype=bool)
+        if len(so):
+            new[0] = True
+            np.not_equal(so[1:], so[:-1], out=new[1:])
+        uo = unique[k] = so[new]
+        if reads is not None:
+            groups.place(uo, ro, reads[2], reads[3])
+        if (~new[1:] & (sv[1:] != sv[:-1])).any():  # an offset holding two values
+            mixed.append(k)
+            ix.orders[k] = None  # placeholder: keeps the key order
+            continue
+        ix.orders[k] = key_order_sorted(uo.tolist(), sv[new].tolist(), {})
+    if mixed:
+        # As the general path does: each offset's values in the order first seen.
+        ordered = _pairs_in_order(ix, mixed)
+        for k in mixed:
+            conflicts = _conflicts(ordered[k])
+            log = dict(ordered[k])
+            log.update((o, vs[0]) for o, vs in conflicts.items())
+            offsets = unique[k].tolist()
+            ix.orders[k] = key_order_sorted(offsets, [log[o] for o in offsets], conflicts)
+
+
+class _Groups:
+    """Where each group (one op's reads of one key) landed: Txn.pos and Txn.max_read.
+
+    See queue_index._positions; here per key as array operations, then op by op.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.first = np.zeros(n, dtype=_I64)  # dense index of the first pair
+        self.last = np.zeros(n, dtype=_I64)
+        self.contiguous = np.zeros(n, dtype=bool)
+        self.max = np.full(n, -1, dtype=_I64)  # highest offset
+        self.some = np.zeros(n, dtype=bool)  # holds a pair at all
+
+    def place(self, unique: np.ndarray, offs: np.ndarray, gids: np.ndarray, lens: np.ndarray) -> None:
+        """One key's groups; `unique` is its log's sorted offsets, `offs` every read offset."""
+        if not len(offs):
+            return
+        dense = np.searchsorted(unique, offs)
+        some = lens > 0
+        lens = lens[some]
+        ends = np.cumsum(lens)
+        starts = ends - lens
+        ends -= 1
+        bad = np.zeros(len(offs), dtype=_I64)
+        np.not_equal(dense[1:] - dense[:-1], 1, out=bad[1:], casting="unsafe")
+        bad = np.cumsum(bad)  # bad[j]: steps other than +1 up to pair j
+        gs = gids[some]
+        self.some[gs] = True
+        self.first[gs] = dense[starts]
+        self.last[gs] = dense[ends]
+        self.contiguous[gs] = bad[ends] == bad[starts]
+        self.max[gs] = np.maximum.reduceat(offs, starts)
+
+    def assign(self, ix: QueueIndex) -> None:
+        # A contiguous read's last offset is its highest; otherwise only a known (>= 0) one counts.
+        has = self.some & (self.contiguous | (self.max >= 0))
+        every = bool(has.all())
+        # Dense indices through a table of shared int objects: one per index, not per read.
+        ints = np.arange(int(max(self.first.max(initial=0), self.last.max(initial=0))) + 1).astype(object)
+        pos_of = list(
+            zip(ints[self.first].tolist(), ints[self.last].tolist(), self.contiguous.tolist(), strict=True)
+        )
+        for g in np.flatnonzero(~self.some).tolist():
+            pos_of[g] = _NOWHERE
+        max_of, has_l = self.max.tolist(), has.tolist()
+        g = 0
+        for t in ix.txns:
+            if not t.reads:
+                continue
+            end = g + len(t.reads)
+            t.pos = pos_of[g:end]  # tuples made in C, shared
+            mx = zip(t.reads, max_of[g:end], strict=True)
+            t.max_read = dict(mx) if every else dict(compress(mx, has_l[g:end]))
+            g = end

@@ -66,7 +66,6 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
 OPERATION_NOT_ATTEMPTED = 55
 TICK_S = 0.5
-_PREPARED = (txn.TxnState.PREPARE_COMMIT, txn.TxnState.PREPARE_ABORT)
 
 
 def install_txn_apis(node: Node) -> None:
@@ -241,6 +240,9 @@ class TxnService:
             while remaining:
                 if not shard.current:
                     return  # the next coordinator resumes them
+                shard.catch_up()
+                if not txn.awaits(shard.state.get(tid), plan):
+                    return  # ended already (another task's markers): this one must not mark the next
                 for leader, tps in self._by_leader(remaining).items():
                     remaining -= await self._send_markers(leader, plan, tps, shard.term)
                 if remaining:
@@ -249,7 +251,7 @@ class TxnService:
             async with shard.lock:
                 shard.catch_up()
                 meta = shard.state.get(tid)
-                if meta is not None and meta.state in _PREPARED and meta.producer_epoch == plan.producer_epoch:
+                if txn.awaits(meta, plan):
                     await self._append(shard, txn.complete(meta, now_ms=_wall_ms()).record)
         finally:
             shard.marking.discard(tid)

@@ -126,6 +126,7 @@ class MarkerPlan:
     producer_epoch: int
     commit: bool
     partitions: tuple[TopicPartition, ...]
+    txn_start_ms: int = -1  # with the ids, which transaction of its producer these markers end
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,7 +281,22 @@ def marker_plan(meta: TxnMetadata, *, partial: bool = False) -> MarkerPlan:
         partitions = partitions[:1]
     return MarkerPlan(transactional_id=meta.transactional_id, producer_id=meta.producer_id,
                       producer_epoch=meta.producer_epoch, commit=meta.state is S.PREPARE_COMMIT,
-                      partitions=partitions)
+                      partitions=partitions, txn_start_ms=meta.txn_start_ms)
+
+
+def awaits(meta: TxnMetadata | None, plan: MarkerPlan) -> bool:
+    """Is `meta` still the prepared transaction `plan` was made for?
+
+    Only then may its markers be written, and once written complete it. The next transaction
+    of the same producer epoch can be prepared by then (a client begins it as soon as this one
+    is complete); a marker task running late (resumed on a coordinator tick, or left from an
+    earlier shard) must neither write its markers into that one's partitions nor complete it
+    with none of its own markers written: read_committed readers would see its aborted records.
+    """
+    return (meta is not None and meta.state is (S.PREPARE_COMMIT if plan.commit else S.PREPARE_ABORT)
+            and (meta.producer_id, meta.producer_epoch, meta.txn_start_ms)
+            == (plan.producer_id, plan.producer_epoch, plan.txn_start_ms)
+            and frozenset(plan.partitions) <= meta.partitions)
 
 
 def complete(meta: TxnMetadata, *, now_ms: int) -> TxnDecision:

@@ -77,7 +77,8 @@ def test_transcript_commit_then_abort_then_fencing() -> None:
     d = c.end(1000, 0, True, now=8)
     assert d.error is E.NONE and c.meta().state is TxnState.PREPARE_COMMIT
     assert d.markers == txn.MarkerPlan(transactional_id="t", producer_id=1000, producer_epoch=0, commit=True,
-                                       partitions=(TP("__consumer_offsets", 3), TP("a", 0), TP("b", 1)))
+                                       partitions=(TP("__consumer_offsets", 3), TP("a", 0), TP("b", 1)),
+                                       txn_start_ms=5)
     assert c.add(1000, 0, TP("a", 0)).error is E.CONCURRENT_TRANSACTIONS  # markers still being written
     assert c.end(1000, 0, True).error is E.CONCURRENT_TRANSACTIONS
     assert txn.pending_markers(c.state) == [d.markers]  # what a new coordinator would resume

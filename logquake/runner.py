@@ -600,8 +600,14 @@ def _run_phases(
                 stop.wait(cfg.recovery_time)
             if stop.is_set():
                 return None
+            down = _brokers_down(cluster)
             with dumps.bound("drain", cfg.drain_time + CALL_TIMEOUT + BOUND_SLACK):
-                return _drain_phase(cfg, crew, stats, stop)
+                drain = _drain_phase(cfg, crew, stats, stop)
+            down.update(_brokers_down(cluster))
+            if down:
+                log.error("brokers down after the heal: %s", down)
+                drain = {**(drain or {"complete": True, "workers_short": []}), "brokers_down": down}
+            return drain
         finally:
             _heal(scheduler, stats)
             stats.enter("teardown")
@@ -686,22 +692,48 @@ def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Even
     return {"complete": len(short) < len(crew.workers), "workers_short": short}
 
 
-def _with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[str, Any]:
-    """The verdict, knowing whether the drain read everything.
+def _brokers_down(cluster: Any) -> dict[str, str]:
+    """Brokers whose process is gone (node -> last line of its broker.out), where the backend
+    knows its brokers' processes (the lab's lifecycle); {} elsewhere."""
+    lifecycle = getattr(cluster, "lifecycle", None)
+    if lifecycle is None or not hasattr(lifecycle, "is_up"):
+        return {}
+    down = {}
+    for node in getattr(cluster, "nodes", []):
+        with _logged(f"checking broker {node}"):
+            if not lifecycle.is_up(node):
+                down[node] = _last_output_line(lifecycle, node)
+    return down
 
-    Values nobody read are `unseen`; when no drain worker got through, that proves nothing
-    (the drain may simply have run out of time), so a verdict resting on unseen alone is unknown.
+
+def _last_output_line(lifecycle: Any, node: str) -> str:
+    """The last line the broker printed (its broker.out in the lab), or ''."""
+    try:
+        lines = Path(lifecycle.spec(node).path("broker.out")).read_text(errors="replace").strip().splitlines()
+    except (AttributeError, OSError, StopIteration):
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[str, Any]:
+    """The verdict, knowing what the drain read and whether every broker was up for it.
+
+    Values nobody read are `unseen`; when no drain worker got through, or brokers had died
+    (a drain against a dead cluster reads nothing), that proves nothing: a verdict resting on
+    unseen alone is unknown, and so is a valid one with brokers down.
     """
     if drain is None:
         return results
     results["drain"] = drain
-    if drain["complete"]:
+    down = drain.get("brokers_down")
+    if drain["complete"] and not down:
         return results
+    why = (f"brokers down after the heal: {', '.join(f'{n} ({line})' for n, line in down.items())}" if down
+           else "the drain did not read every key up to its highest known offset: unseen values may only be unread")
     bad = set(results.get("bad_error_types") or [])
-    if results.get("valid") is False and bad <= {"unseen"}:
+    if (results.get("valid") is False and bad <= {"unseen"}) or (down and results.get("valid") is True):
         results["valid"] = "unknown"
-        results.setdefault("error", "the drain did not read every key up to its highest known offset: "
-                                    "unseen values may only be unread")
+        results["error"] = why
     return results
 
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import re
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 from logquake import runner
 from logquake.history import load_history
+from logquake.runner import StaticCluster
+from logquake.runner import run_test as _run_test
 
 from .memlog import MemClient, MemLog
 from .test_runner_memlog import _cfg, run_test
@@ -127,3 +130,31 @@ def test_a_lossy_log_stays_invalid_after_an_incomplete_drain(tmp_path):
     results = runner._with_drain({"valid": False, "bad_error_types": ["lost-write", "unseen"]},
                                  {"complete": False, "workers_short": [0]})
     assert results["valid"] is False
+
+
+class _Lifecycle:
+    """The lab lifecycle's view the runner asks: is a broker's process up, where is its output."""
+
+    def __init__(self, tmp_path, dead: str) -> None:
+        self.dir, self.dead = tmp_path, dead
+        (tmp_path / dead).mkdir()
+        (tmp_path / dead / "broker.out").write_text("Traceback ...\nTypeError: 'type' object is not iterable\n")
+
+    def is_up(self, node: str) -> bool:
+        return node != self.dead
+
+    def spec(self, node: str):
+        return SimpleNamespace(path=lambda leaf: str(self.dir / node / leaf))
+
+
+def test_a_broker_dead_after_the_heal_makes_the_verdict_unknown_naming_it(tmp_path):
+    # A drain against a dead cluster reads nothing and passes for a verdict (seen: brokers that
+    # died at restart on a half-saved source file).
+    log = MemLog()
+    lab = StaticCluster("memory:0", nodes=["n1", "n2", "n3"])
+    lab.lifecycle = _Lifecycle(tmp_path, dead="n2")
+    out = _run_test(_cfg(tmp_path, time_limit=1), make=lambda cfg: MemClient(log), cluster=lambda cfg, run_dir: lab)
+    assert out.results["drain"]["brokers_down"] == {"n2": "TypeError: 'type' object is not iterable"}
+    assert out.valid == "unknown" and out.exit_code == runner.EXIT_UNKNOWN
+    assert "n2 (TypeError" in out.results["error"]
+    assert "brokers down after the heal" in (out.run_dir / "harness.log").read_text()

@@ -41,6 +41,7 @@ def _run(tmp_path: Path, *flags: str, timeout: float = 300) -> tuple[int, Path, 
             time.sleep(2)
             p.kill()
             p.communicate()
+            _down_labs_of(results)
             logs = "\n".join(f.read_text()[-20000:] for f in results.glob("*/*/harness.log"))
             pytest.fail(f"logquake run still running after {timeout} s; harness.log:\n{logs}")
     latest = results / "latest"
@@ -48,6 +49,15 @@ def _run(tmp_path: Path, *flags: str, timeout: float = 300) -> tuple[int, Path, 
     run_dir = latest.resolve()
     res = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else {}
     return p.returncode, run_dir, res, out
+
+
+def _down_labs_of(results: Path) -> dict[str, subprocess.CompletedProcess]:
+    """`cluster down` every lab a killed run under `results` left up: the next test starts clean."""
+    from logquake.cluster import load_states
+
+    return {st.cluster_id: subprocess.run([sys.executable, "-m", "logquake", "cluster", "down", "--id", st.cluster_id],
+                                          capture_output=True, text=True, timeout=120, check=False)
+            for st in load_states() if Path(st.run_dir).resolve().is_relative_to(results.resolve())}
 
 
 def _assert_valid(code: int, run_dir: Path, res: dict, out: str) -> None:
@@ -179,9 +189,9 @@ def test_after_a_sigkilled_run_the_history_checks_and_cluster_down_cleans_up(tmp
     assert check.returncode in (0, 1, 2), check.stdout + check.stderr
     mine = [s.cluster_id for s in load_states() if Path(s.run_dir).resolve() == run_dir.resolve()]
     assert mine, "a SIGKILLed run leaves its lab for `cluster down` to find"
-    for cid in mine:
-        down = subprocess.run([sys.executable, "-m", "logquake", "cluster", "down", "--id", cid],
-                              capture_output=True, text=True, timeout=120, check=False)
+    downs = _down_labs_of(results)
+    assert sorted(downs) == sorted(mine)
+    for down in downs.values():
         assert down.returncode == 0, down.stdout + down.stderr
     assert not [s for s in load_states() if s.cluster_id in mine]
     leftovers = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True, check=False)

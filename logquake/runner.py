@@ -606,7 +606,7 @@ def _run_phases(
             down.update(_brokers_down(cluster))
             if down:
                 log.error("brokers down after the heal: %s", down)
-                drain = {**(drain or {"complete": True, "workers_short": []}), "brokers_down": down}
+                drain = {**(drain or {}), "brokers_down": down}
             return drain
         finally:
             _heal(scheduler, stats)
@@ -726,7 +726,7 @@ def _with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[s
         return results
     results["drain"] = drain
     down = drain.get("brokers_down")
-    if drain["complete"] and not down:
+    if drain.get("complete", True) and not down:
         return results
     why = (f"brokers down after the heal: {', '.join(f'{n} ({line})' for n, line in down.items())}" if down
            else "the drain did not read every key up to its highest known offset: unseen values may only be unread")

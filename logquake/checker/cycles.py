@@ -23,9 +23,10 @@ states), explained step by step in plain words.
 from __future__ import annotations
 
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,8 @@ SPECS = (
     ("G1c-realtime", WW | WR | PROCESS | REALTIME, WR | REALTIME),
 )
 _second = itemgetter(1)
+_id, _inv, _comp = attrgetter("id"), attrgetter("inv_index"), attrgetter("comp_index")
+_type, _process = attrgetter("type"), attrgetter("process")
 MAX_STARTS = 8  # BFS roots tried per component and type: bounds work in a huge component
 
 
@@ -104,7 +107,22 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
 # --- stage 1: the whole graph, compact --------------------------------------------------
 
 
-def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
+class Adjacency:
+    """Successor lists in one flat list (CSR): adj[v] is v's list, made when asked for."""
+
+    __slots__ = ("bounds", "dst")
+
+    def __init__(self, dst: list[int], bounds: list[int]) -> None:
+        self.dst, self.bounds = dst, bounds
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, v: int) -> list[int]:
+        return self.dst[self.bounds[v] : self.bounds[v + 1]]
+
+
+def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> Adjacency:
     """Adjacency lists over ops (ids 0..n-1) and time nodes (n..).
 
     Edges are gathered as arrays, kind by kind (ww, wr, process, realtime), then grouped
@@ -113,22 +131,30 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
     """
     txns = ix.txns
     n = len(txns)
-    inv = np.fromiter((t.inv_index for t in txns), dtype=np.float64, count=n)
-    comp = np.fromiter((t.comp_index for t in txns), dtype=np.float64, count=n)
+    inv = np.fromiter(map(_inv, txns), dtype=np.float64, count=n)
+    comp = np.fromiter(map(_comp, txns), dtype=np.float64, count=n)
+    fail = np.fromiter(map(FAIL.__eq__, map(_type, txns)), dtype=bool, count=n)
     srcs: list = []
     dsts: list = []
+    cache: dict = {}  # writers dict id -> its values and ops as sorted arrays
     if opts.ww_deps:
-        _ww_edges(ix, inv, comp, srcs, dsts)
+        _ww_edges(ix, inv, comp, fail, srcs, dsts, cache)
     nodes = [t for t in txns if t.type != FAIL]
-    ws, rs = _wr_edges(ix, nodes, opts.ww_deps)
-    srcs.append(np.asarray(ws, dtype=np.int64))
-    dsts.append(np.asarray(rs, dtype=np.int64))
-    ids = np.fromiter((t.id for t in nodes), dtype=np.int64, count=len(nodes))
+    if opts.ww_deps and ix.groups is not None:
+        _last_read_edges(ix, inv, comp, fail, srcs, dsts, cache)
+    else:
+        ws, rs = _wr_edges(ix, nodes, opts.ww_deps)
+        srcs.append(np.asarray(ws, dtype=np.int64))
+        dsts.append(np.asarray(rs, dtype=np.int64))
+    ids = np.flatnonzero(~fail)
     # process: each op to the next op of its process
-    procs: dict = {}
-    code = np.fromiter(
-        (procs.setdefault(t.process, len(procs)) for t in nodes), dtype=np.int64, count=len(nodes)
-    )
+    try:
+        code = np.fromiter(map(_process, nodes), dtype=np.int64, count=len(nodes))
+    except (TypeError, OverflowError):  # a process that is not an int64: number them
+        procs: dict = {}
+        code = np.fromiter(
+            (procs.setdefault(t.process, len(procs)) for t in nodes), dtype=np.int64, count=len(nodes)
+        )
     by_proc = np.argsort(code, kind="stable")
     same = code[by_proc[1:]] == code[by_proc[:-1]]
     srcs.append(ids[by_proc[:-1]][same])
@@ -149,11 +175,12 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> list[list[int]]:
     # rather than making one per edge (millions).
     ints = np.arange(n + m).astype(object)
     dst = ints[np.concatenate(dsts)[order]].tolist()
-    bounds = np.searchsorted(src[order], np.arange(n + m + 1)).tolist()
-    return [dst[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return Adjacency(dst, np.searchsorted(src[order], np.arange(n + m + 1)).tolist())
 
 
-def _ww_edges(ix: QueueIndex, inv: np.ndarray, comp: np.ndarray, srcs: list, dsts: list) -> None:
+def _ww_edges(
+    ix: QueueIndex, inv: np.ndarray, comp: np.ndarray, fail: np.ndarray, srcs: list, dsts: list, cache: dict
+) -> None:
     """Each writer to the next other writer in its key's version order.
 
     An edge from an op that completed before its target began is already implied by the
@@ -171,14 +198,64 @@ def _ww_edges(ix: QueueIndex, inv: np.ndarray, comp: np.ndarray, srcs: list, dst
             srcs.append(np.asarray(a, dtype=np.int64))
             dsts.append(np.asarray(b, dtype=np.int64))
             continue
-        ids = [w.id for w in map(writers.get, ko.values) if w is not None and w.type != FAIL]
-        if len(ids) < 2:
+        if len(ko.values) < 2:
             continue
-        w = np.asarray(ids, dtype=np.int64)
+        try:
+            w = _writer_ids(writers, np.frombuffer(array("q", ko.values), dtype=np.int64), cache)
+        except (TypeError, OverflowError):
+            w = np.fromiter((-1 if x is None else x.id for x in map(writers.get, ko.values)), dtype=np.int64)
+        w = w[w >= 0]
+        w = w[~fail[w]]
         a, b = w[:-1], w[1:]
         keep = (a != b) & ~(comp[a] < inv[b])
         srcs.append(a[keep])
         dsts.append(b[keep])
+
+
+def _writer_ids(writers: dict, vals: np.ndarray, cache: dict) -> np.ndarray:
+    """The id of the op that sent each value (-1: none), by one sorted lookup.
+
+    Raises TypeError or OverflowError when some value sent is not an int64. `cache`
+    keeps each writers dict's sorted arrays (keyed by its id) for the next call.
+    """
+    got = cache.get(id(writers))
+    if got is None:
+        wv = np.frombuffer(array("q", writers), dtype=np.int64)
+        wt = np.fromiter(map(_id, writers.values()), dtype=np.int64, count=len(writers))
+        order = np.argsort(wv)
+        got = cache[id(writers)] = (wv[order], wt[order])
+    wv, wt = got
+    at = np.minimum(np.searchsorted(wv, vals), len(wv) - 1)
+    return np.where(wv[at] == vals, wt[at], -1)
+
+
+def _last_read_edges(
+    ix: QueueIndex, inv: np.ndarray, comp: np.ndarray, fail: np.ndarray, srcs: list, dsts: list, cache: dict
+) -> None:
+    """_wr_edges with ww-deps, from the index's read groups: one lookup per key, in arrays.
+
+    For each op's read of a key, the writer of the last value read (see _wr_edges), in the
+    same order: op by op, key by key.
+    """
+    g = ix.groups
+    writer = np.full(len(g.tid), -1, dtype=np.int64)
+    by_key = np.argsort(g.key, kind="stable")
+    bounds = np.searchsorted(g.key[by_key], np.arange(len(g.keys) + 1)).tolist()
+    for kno, k in enumerate(g.keys):
+        writers = ix.writer_of.get(k)
+        sel = by_key[bounds[kno] : bounds[kno + 1]]
+        if not writers or not len(sel):
+            continue
+        vals = g.last_value[sel]
+        try:
+            writer[sel] = _writer_ids(writers, vals, cache)
+        except (TypeError, OverflowError):  # some value sent to k is not an int64: ask the dict
+            writer[sel] = [-1 if w is None else w.id for w in map(writers.get, vals.tolist())]
+    reader = g.tid
+    w = np.maximum(writer, 0)
+    keep = g.some & (writer >= 0) & (writer != reader) & ~fail[reader] & ~fail[w] & ~(comp[w] < inv[reader])
+    srcs.append(writer[keep])
+    dsts.append(reader[keep])
 
 
 def _wr_edges(ix: QueueIndex, nodes: list[Txn], ww_deps: bool) -> tuple[list[int], list[int]]:

@@ -13,6 +13,7 @@ of queue_index.py produces; that path still runs when some offset or value is no
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 from itertools import chain, compress
 from typing import Any
 
@@ -57,13 +58,16 @@ def flat_index(ix: QueueIndex) -> bool:
         gids_a = np.asarray(gids, dtype=_I64)
         per_key[k] = (flat[0::2], flat[1::2], gids_a, g_len_a[gids_a], g_tid_a[gids_a])
     del reads  # the arrays live on in per_key, which frees each key's once it is placed
+    per_key_order = list(per_key)
     _first_readers(ix, per_key, ok_t)
     _commit_info(ix, first_at)
     committed = np.fromiter((t.committed for t in txns), dtype=bool, count=len(txns))
     keys = sorted(first_at, key=first_at.__getitem__)
     groups = _Groups(len(g_len))
-    _version_orders(ix, keys, per_key, sends, committed, groups)
+    key_no = {k: i for i, k in enumerate(per_key_order)}
+    _version_orders(ix, keys, per_key, sends, committed, groups, key_no)
     groups.assign(ix)
+    ix.groups = ReadGroups(g_tid_a, groups.key, list(per_key_order), groups.last_value, groups.some)
     return True
 
 
@@ -160,7 +164,13 @@ def _commit_info(ix: QueueIndex, first_at: dict) -> None:
 
 
 def _version_orders(
-    ix: QueueIndex, keys: list, per_key: dict, sends: dict, committed: np.ndarray, groups: _Groups
+    ix: QueueIndex,
+    keys: list,
+    per_key: dict,
+    sends: dict,
+    committed: np.ndarray,
+    groups: _Groups,
+    key_no: dict,
 ) -> None:
     """ix.orders from every read and committed send; each key's reads then placed in it."""
     empty = np.zeros(0, dtype=_I64)
@@ -183,7 +193,7 @@ def _version_orders(
             np.not_equal(so[1:], so[:-1], out=new[1:])
         uo = unique[k] = so[new]
         if reads is not None:
-            groups.place(uo, ro, reads[2], reads[3])
+            groups.place(uo, ro, rv, reads[2], reads[3], key_no[k])
         if (~new[1:] & (sv[1:] != sv[:-1])).any():  # an offset holding two values
             mixed.append(k)
             ix.orders[k] = None  # placeholder: keeps the key order
@@ -200,6 +210,17 @@ def _version_orders(
             ix.orders[k] = key_order_sorted(offsets, [log[o] for o in offsets], conflicts)
 
 
+@dataclass(frozen=True, slots=True)
+class ReadGroups:
+    """Each op's read of each key (a group), numbered in op order then in the op's key order."""
+
+    tid: np.ndarray  # the op's id
+    key: np.ndarray  # the key's number in `keys`
+    keys: list
+    last_value: np.ndarray  # the value of its last pair (when `some`)
+    some: np.ndarray  # holds at least one pair
+
+
 class _Groups:
     """Where each group (one op's reads of one key) landed: Txn.pos and Txn.max_read.
 
@@ -212,9 +233,20 @@ class _Groups:
         self.contiguous = np.zeros(n, dtype=bool)
         self.max = np.full(n, -1, dtype=_I64)  # highest offset
         self.some = np.zeros(n, dtype=bool)  # holds a pair at all
+        self.key = np.zeros(n, dtype=_I64)  # the key's number (in ReadGroups.keys)
+        self.last_value = np.zeros(n, dtype=_I64)
 
-    def place(self, unique: np.ndarray, offs: np.ndarray, gids: np.ndarray, lens: np.ndarray) -> None:
+    def place(
+        self,
+        unique: np.ndarray,
+        offs: np.ndarray,
+        vals: np.ndarray,
+        gids: np.ndarray,
+        lens: np.ndarray,
+        key: int,
+    ) -> None:
         """One key's groups; `unique` is its log's sorted offsets, `offs` every read offset."""
+        self.key[gids] = key
         if not len(offs):
             return
         dense = np.searchsorted(unique, offs)
@@ -232,6 +264,7 @@ class _Groups:
         self.last[gs] = dense[ends]
         self.contiguous[gs] = bad[ends] == bad[starts]
         self.max[gs] = np.maximum.reduceat(offs, starts)
+        self.last_value[gs] = vals[ends]
 
     def assign(self, ix: QueueIndex) -> None:
         # A contiguous read's last offset is its highest; otherwise only a known (>= 0) one counts.

@@ -169,6 +169,9 @@ class QueueIndex:
     failed_writes: dict[Any, set] = field(default_factory=dict)
     orders: dict[Any, KeyOrder] = field(default_factory=dict)
     client_ops: int = 0
+    # Only from the numpy path (queue_flat.ReadGroups): each op's read of each key as
+    # arrays, for analyses that can then work on arrays; None from the general path.
+    groups: Any = None
 
     def writer(self, k: Any, v: Any) -> Txn | None:
         w = self.writer_of.get(k)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from logquake.checker import CheckOptions, check_history, queue_flat
+from logquake.checker import CheckOptions, check_history, cycles, queue_flat
 from logquake.checker.generate import BUGS, SimConfig, simulate
 from logquake.checker.queue_index import QueueIndex, _gather, build_index
 from logquake.history import Op
@@ -73,3 +73,15 @@ def test_general_path_takes_values_that_are_not_integers(monkeypatch: pytest.Mon
     assert ix.orders[1].conflicts == {0: ["a", "b"]}
     r = check_history(ops)
     assert "inconsistent-offsets" in r["error_types"]
+
+
+@pytest.mark.parametrize("bug", ["none", "duplicate", "reuse-offset", "read-aborted"])
+def test_last_read_edges_from_arrays_match_the_loop(bug: str) -> None:
+    """The ww-deps wr edges from the read groups' arrays are the loop's, in its order."""
+    ix = build_index(_history(bug, txn=True, seed=3))
+    assert ix.groups is not None
+    opts = CheckOptions(ww_deps=True)
+    fast = cycles._compact_graph(ix, opts)
+    ix.groups = None
+    loop = cycles._compact_graph(ix, opts)
+    assert [fast[v] for v in range(len(fast))] == [loop[v] for v in range(len(loop))]

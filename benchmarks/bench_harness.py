@@ -14,13 +14,21 @@ figures are the harness's own ceiling rather than the brokers'.
 
 Where the time goes (printed after the rounds): the harness's last history split by op kind
 (send, poll that read something, poll that read nothing, other) with each kind's median
-latency and share of the workers' time, and the CPU each op cost this process and (with
-`--cluster local`) the broker processes. With 20 workers against 3 local brokers (Nov 2026,
-2 shared cores at load 10-17) a send's round trip was ~100 ms, nearly all of it the brokers'
-answer (librdkafka's own stats: rtt p50 80-120 ms, time queued in the client 2-5 ms; raw
-producers without the harness see the same), sends took ~90 % of the workers' time and an
-empty poll its 100 ms poll timeout; each op cost ~2 ms of CPU here and ~4 ms in the brokers,
-so two cores cannot give 2,000 ops/s whatever the harness does. Usage:
+latency and share of the workers' time, and the CPU each op cost this process and the broker
+processes (lab and local clusters). Each broker logs its requests per API key every 5 s
+(`req_<key>` in broker.log's stats line).
+
+Measured 30 Nov 2026 (lab, 3 nodes, 20 workers, 2 cores shared with other jobs at load 5-7):
+sends take 60-85 % of the workers' time (median 20-40 ms: acks=all waits for about two Raft
+write turns, the leader's queue behind the running write and the follower's write+fsync;
+each turn took ~9 ms, ~4 of them in the writing thread). CPU per op: this process ~0.4 ms
+(about a third Python: workers, recording; the rest librdkafka's threads of 40 client
+instances), brokers ~0.85 ms in all, of which about a third is socket sends (each Kafka
+response and peer frame costs a send syscall through the lab's veth pairs) and ~10 %
+kafka-python's encoding and decoding. Before consumers stopped prefetching into a non-empty
+queue (confluent.py) every send answered ~5 long-polling fetches per broker and the brokers
+spent ~1.1 ms per op. At ~1.25 ms of CPU per op, two cores cannot give 2,000 ops/s whatever
+the harness does; see benchmarks/README.md. Usage:
 
     .venv/bin/python benchmarks/bench_harness.py [--workers 20] [--seconds 10] [--cluster lab|local|memory]
 """
@@ -115,6 +123,8 @@ def _cluster(kind: str, cfg, tmp: Path, pids: list[int]):
 
     with open_cluster(cfg, tmp) as c:
         c.wait_ready(120.0)
+        # The lab's brokers share our pid namespace: their CPU is readable in /proc.
+        pids.extend(p for n in c.nodes if (p := c.lifecycle.pid(n)) and Path(f"/proc/{p}").exists())
         yield c.bootstrap_servers
 
 

@@ -391,20 +391,24 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
                 prev = lr.get(k)
                 if prev is not None:
                     i0 = pos[FIRST]
-                    first = (i0, pairs[0][1]) if i0 is not None else _first_index(orders[k], pairs)
+                    if i0 is None:
+                        first = _first_index(orders[k], pairs)
+                    else:  # the value is looked up only for an anomaly: the pairs are cold memory
+                        first = (i0, None) if i0 - prev[0] == 1 else (i0, pairs[0][1])
                     if first is not None and first[0] - prev[0] != 1:
-                        kind, e = _step(orders[k], prev[0], first[0], prev[1], first[1], k)
+                        v0 = prev[1] if prev[3] is None else prev[3][-1][1]
+                        kind, e = _step(orders[k], prev[0], first[0], v0, first[1], k)
                         e["ops"] = [op_ref(prev[2].op), op_ref(t.op)]
-                        e["explanation"] = _proc_words(p, prev[2], t, k, prev[1], first[1], kind, "read")
+                        e["explanation"] = _proc_words(p, prev[2], t, k, v0, first[1], kind, "read")
                         (skips if kind == "skip" else nm_polls).append(e)
                 if ok:
                     i1 = pos[LAST]
-                    if i1 is not None:
-                        lr[k] = (i1, pairs[-1][1], t)
+                    if i1 is not None:  # (index, value, op, pairs whose last holds the value)
+                        lr[k] = (i1, None, t, pairs)
                     else:
                         last = _last_index(orders[k], pairs)
                         if last is not None:
-                            lr[k] = (last[0], last[1], t)
+                            lr[k] = (last[0], last[1], t, None)
         if t.sends and t.type != FAIL:
             ls = last_sends.setdefault(p, {})
             seen: set = set()

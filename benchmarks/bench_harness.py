@@ -22,10 +22,10 @@ Measured 30 Nov 2026 (lab, 3 nodes, 20 workers, 2 cores shared with other jobs a
 sends take 60-85 % of the workers' time (median 20-40 ms: acks=all waits for about two Raft
 write turns, the leader's queue behind the running write and the follower's write+fsync;
 each turn took ~9 ms, ~4 of them in the writing thread). CPU per op: this process ~0.4 ms
-(about a third Python: workers, recording; the rest librdkafka's threads of 40 client
-instances), brokers ~0.85 ms in all, of which about a third is socket sends (each Kafka
-response and peer frame costs a send syscall through the lab's veth pairs) and ~10 %
-kafka-python's encoding and decoding. Before consumers stopped prefetching into a non-empty
+(its Python held the GIL for about a third of that; the rest is librdkafka's threads of 40
+client instances and the workers outside the GIL), brokers ~0.85 ms in all, ~80 % of it in
+the interpreter (Raft loop, request decoding, kafka-python's encoding, handlers) and ~20 %
+in the kernel (perf). Before consumers stopped prefetching into a non-empty
 queue (confluent.py) every send answered ~5 long-polling fetches per broker and the brokers
 spent ~1.1 ms per op. At ~1.25 ms of CPU per op, two cores cannot give 2,000 ops/s whatever
 the harness does; see benchmarks/README.md. Usage:

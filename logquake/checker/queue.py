@@ -465,17 +465,20 @@ def unseen_analysis(ix: QueueIndex) -> dict[str, Any]:
     first_read = ix.reads_ok
     delta: dict[int, int] = {}  # op id -> change of the unseen count there
     unseen: dict[Any, list] = {}
-    done: set = set()
+    done: dict[Any, set] = {}  # key -> values already counted
+    nobody: dict = {}
     for t in ix.txns:
         if t.type != OK or not t.sends:
             continue
         tid = t.id
         for k, v, _ in t.sends:
-            if (k, v) in done:
+            dk = done.get(k)
+            if dk is None:
+                done[k] = dk = set()
+            elif v in dk:
                 continue
-            done.add((k, v))
-            fr = first_read.get(k)
-            r = fr.get(v) if fr is not None else None
+            dk.add(v)
+            r = first_read.get(k, nobody).get(v)
             if r is None:
                 unseen.setdefault(k, []).append(v)
             elif r < tid:

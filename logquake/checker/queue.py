@@ -20,7 +20,7 @@ Where this departs from jepsen.tests.kafka, and why:
 from __future__ import annotations
 
 import gc
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
@@ -526,18 +526,20 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     while its offset stays put, so it is evaluated once per run of one offset, at the last
     poll of that run.
     """
-    expired: dict[Any, list[int]] = {}
-    maxoffs: list[dict | None] = [None] * len(ix.txns)
+    expired: defaultdict[Any, list[int]] = defaultdict(list)
     for t in ix.txns:
         if t.type == FAIL:
             continue
-        mo = maxoffs[t.id] = _max_offsets(t)
-        for k, o in mo.items():
-            lst = expired.get(k)
-            if lst is None:
-                expired[k] = lst = []
+        # Reads and sends one after the other: extending to each is extending to their max.
+        for k, o in t.max_read.items():
+            lst = expired[k]
             if len(lst) <= o:
                 lst.extend([t.op.time] * (o + 1 - len(lst)))
+        for k, _, o in t.sends:
+            if o is not None and o >= 0:
+                lst = expired[k]
+                if len(lst) <= o:
+                    lst.extend([t.op.time] * (o + 1 - len(lst)))
     best = [0, 0, None, None]  # lag ns, poll time ns, process, key
     state: dict[Any, dict] = {}  # process -> key -> (offset, seq of the run's first poll)
     seq: dict[Any, int] = {}  # process -> polls so far
@@ -577,13 +579,17 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
         if runs is None:
             state[p] = runs = {}
         s = seq[p] = seq.get(p, 0) + 1
-        for k, o in maxoffs[t.id].items():
+        for k, o in _max_offsets(t).items():
             run = runs.get(k)
             if run is None:
                 runs[k] = (o, s)
             elif o > run[0]:
-                if s - 1 >= run[1]:
-                    close(p, k, run[0], run[1], s - 1)
+                if s - 1 >= run[1]:  # close(p, k, *run, s - 1), inlined: the hot path
+                    lst = expired.get(k, ())
+                    if run[0] + 1 < len(lst):
+                        lag = last_poll[p] - lst[run[0] + 1]
+                        if lag > best[0]:
+                            best[:] = [lag, last_poll[p], p, k]
                 runs[k] = (o, s)
         last_poll[p] = t.inv_time
     for p, runs in state.items():

@@ -294,7 +294,8 @@ def int_poll_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     """
     skips, nonmono = [], []
     orders = ix.orders
-    for t in ix.txns:
+    txns = ix.txns if ix.ragged is None else [ix.txns[i] for i in ix.ragged]
+    for t in txns:
         if not t.reads:
             continue
         rebalanced = None

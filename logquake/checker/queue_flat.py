@@ -67,6 +67,7 @@ def flat_index(ix: QueueIndex) -> bool:
     key_no = {k: i for i, k in enumerate(per_key_order)}
     _version_orders(ix, keys, per_key, sends, committed, groups, key_no)
     groups.assign(ix)
+    ix.ragged = np.unique(g_tid_a[~groups.contiguous & (g_len_a >= 2)]).tolist()
     ix.groups = ReadGroups(g_tid_a, groups.key, list(per_key_order), groups.last_value, groups.some)
     return True
 

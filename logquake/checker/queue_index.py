@@ -172,6 +172,9 @@ class QueueIndex:
     # Only from the numpy path (queue_flat.ReadGroups): each op's read of each key as
     # arrays, for analyses that can then work on arrays; None from the general path.
     groups: Any = None
+    # Ids of the ops with a read of a key that is not one contiguous run of its log (two
+    # pairs or more); None: not known, look at every op.
+    ragged: list[int] | None = None
 
     def writer(self, k: Any, v: Any) -> Txn | None:
         w = self.writer_of.get(k)

@@ -143,8 +143,11 @@ def check(
             result = check_linearizable(ops, MODELS[model])
         elif run_cfg is not None:  # the runner's own choice of analysis for this workload
             from logquake.runner import check as runner_check
+            from logquake.runner import with_drain
 
-            result = runner_check(ops, run_cfg)
+            # What the run's drain reached (and which brokers were down) qualifies the verdict
+            # as it did when the run ended: only the run knew it, so it comes from results.json.
+            result = with_drain(runner_check(ops, run_cfg), _stored_drain(history))
         else:
             result = check_history(ops, opts)
     if as_json:
@@ -160,6 +163,17 @@ def check(
     else:
         render_summary(result, Console(), title=str(path))
     raise typer.Exit({True: 0, False: 1}.get(result["valid"], 2))
+
+
+def _stored_drain(run_dir: Path) -> dict | None:
+    """The `drain` entry of a run directory's results.json, if it has one that can be read."""
+    import json
+
+    try:
+        drain = json.loads((run_dir / "results.json").read_text()).get("drain")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return drain if isinstance(drain, dict) else None
 
 
 @app.command()

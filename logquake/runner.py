@@ -504,7 +504,7 @@ def run_test(
                 recorder.close()  # phase 9: the history is on disk before analysis
             interrupted = intr.hits > 0
         stats.enter("analyse")
-        results = _with_drain(check(load_history(run_dir / store.HISTORY), cfg), drain)
+        results = with_drain(check(load_history(run_dir / store.HISTORY), cfg), drain)
         if interrupted:
             results["interrupted"] = True
         store.write_results(run_dir, results)
@@ -715,7 +715,7 @@ def _last_output_line(lifecycle: Any, node: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[str, Any]:
+def with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[str, Any]:
     """The verdict, knowing what the drain read and whether every broker was up for it.
 
     Values nobody read are `unseen`; when no drain worker got through, or brokers had died

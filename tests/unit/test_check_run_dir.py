@@ -64,3 +64,18 @@ def test_a_broken_test_json_is_a_clear_error(tmp_path):
     (d / "test.json").write_text('{"nodes": "many"}')
     out = check(str(d))
     assert out.returncode == 3 and "nodes" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_rerun_check_keeps_what_the_runs_drain_knew(tmp_path):
+    import json
+
+    h = H()
+    h.send(0, 1, 10, 0)  # acknowledged, never read: unseen
+    d = run_dir(tmp_path, TestConfig(nodes=3), h.ops)
+    assert check(str(d)).returncode == 1  # no results.json: the history alone says invalid
+    (d / "results.json").write_text(json.dumps({"valid": "unknown", "drain": {"complete": False}}))
+    out = check(str(d))
+    assert out.returncode == 2, out.stdout + out.stderr  # the drain never got through: unseen proves nothing
+    assert "highest known offset" in " ".join(out.stdout.split())
+    (d / "results.json").write_text("{not json")
+    assert check(str(d)).returncode == 1  # an unreadable results.json is ignored, not a traceback

@@ -127,7 +127,7 @@ def test_one_worker_that_read_everything_makes_the_drain_complete(tmp_path):
 
 def test_a_lossy_log_stays_invalid_after_an_incomplete_drain(tmp_path):
     # Lost writes are proof whatever the drain reached: only unseen alone turns unknown.
-    results = runner._with_drain({"valid": False, "bad_error_types": ["lost-write", "unseen"]},
+    results = runner.with_drain({"valid": False, "bad_error_types": ["lost-write", "unseen"]},
                                  {"complete": False, "workers_short": [0]})
     assert results["valid"] is False
 

@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -37,6 +36,14 @@ TXN_IDS = TxnIds(f"lq-txn-{os.getpid()}")
 FENCE_TIMEOUT = 5.0
 # How long a deliberately aborted transaction's records sit open in their partitions.
 OPEN_ABORTED_S = 0.3
+# Where a key nobody has read yet starts: offset 0, a logquake log's start (a log whose
+# start moved answers OFFSET_OUT_OF_RANGE, and auto.offset.reset takes the consumer there).
+# Never the logical OFFSET_BEGINNING: librdkafka resolves it with ListOffsets, and a reply
+# it drops as outdated re-arms its offset-query timer, which survives the next assign at a
+# real offset. Firing 500 ms on, it moves the partition back to the log start with no
+# version barrier: records already fetched stay queued, so a poll returns them and then the
+# log again from 0 (int-nonmonotonic-poll, safe/txn/partition seed 8).
+START_OFFSET = 0
 
 # Error codes that mean "certainly not written". Each entry says why.
 _FAIL: dict[int, str] = {
@@ -205,7 +212,7 @@ class ConfluentClient(QueueClient):
         keys = list(op.value)
         if op.get("seek_to_beginning"):
             for k in keys:
-                self.position[k] = OFFSET_BEGINNING
+                self.position[k] = START_OFFSET
         self.assigned = keys
         try:
             self._apply_assignment()
@@ -221,7 +228,7 @@ class ConfluentClient(QueueClient):
         tps = []
         for k in self.assigned:
             t, p = self.keymap.topic_partition(k)
-            tps.append(TopicPartition(t, p, self.position.get(k, OFFSET_BEGINNING)))
+            tps.append(TopicPartition(t, p, self.position.get(k, START_OFFSET)))
         self._consumer.assign(tps)
 
     def _leave_group(self) -> None:

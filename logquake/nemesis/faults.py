@@ -48,10 +48,15 @@ class PartitionFault:
     """Grudges between brokers; `partition:clients` cuts some brokers off from the clients only.
 
     Random choice is among the broker-broker shapes of GRUDGES; `clients`, `leader` (the
-    busiest leader alone against a majority) and `replies` are opt-in by name. `replies` is
-    one-way: every broker drops what it sends to the clients, while their requests still
-    arrive and are acted on, so every write in flight commits unacknowledged and the client
-    retries it after the heal (what idempotent-producer deduplication exists for).
+    busiest leader alone against a majority), `replies` and `replies-reset` are opt-in by name.
+    `replies` is one-way: every broker drops what it sends to the clients, while their requests
+    still arrive and are acted on, so every write in flight commits unacknowledged. Whether the
+    client retries it depends on the window: shorter than its request timeout, TCP simply
+    delivers the held-back replies after the heal and nothing is retried. `replies-reset` ends
+    the same window by aborting every client connection on the brokers (still muted, resets
+    let through) before the heal: the clients see their connections fail with requests
+    unanswered, reconnect and retry them at once, each one already appended (what
+    idempotent-producer deduplication exists for).
     """
 
     name = "partition"
@@ -60,24 +65,34 @@ class PartitionFault:
 
     def __init__(self, target: NemesisTarget, net: Net, rng: random.Random) -> None:
         self.target, self.net, self.rng = target, net, rng
+        self.reset_on_stop = False
 
     def start(self, variant: str) -> str:
         kind = variant or self.rng.choice(self.variants)
-        if kind == "replies":
+        if kind in ("replies", "replies-reset"):
             if CLIENTS not in self.net.addresses:
-                raise ValueError("partition:replies needs the clients' address (this cluster has none)")
-            self.net.mute(self.target.nodes, CLIENTS)
-            return f"replies: {','.join(self.target.nodes)} drop everything to the clients"
+                raise ValueError(f"partition:{kind} needs the clients' address (this cluster has none)")
+            self.reset_on_stop = kind == "replies-reset"
+            self.net.mute(self.target.nodes, CLIENTS, pass_resets=self.reset_on_stop)
+            return f"{kind}: {','.join(self.target.nodes)} drop everything to the clients"
         leaders = _leaders(self.target) if kind in ("leaders", "leader") else []
         grudge = make_grudge(kind, self.target.nodes, self.rng, current_leaders=leaders)
         self.net.drop(grudge)
         return f"{kind}: {describe_grudge(grudge)}"
 
     def stop(self) -> str:
-        self.net.heal()
-        return "network healed"
+        aborted = ""
+        try:
+            if self.reset_on_stop:
+                self.reset_on_stop = False
+                counts = self.net.reset(self.target.nodes, CLIENTS)
+                aborted = f"aborted {sum(counts.values())} client connections, "
+        finally:  # a failed reset must not leave the clients cut off
+            self.net.heal()
+        return f"{aborted}network healed"
 
     def heal(self) -> None:
+        self.reset_on_stop = False
         self.net.heal(thorough=True)
 
 

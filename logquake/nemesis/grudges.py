@@ -129,7 +129,7 @@ GRUDGES: dict[str, Callable[..., Grudge]] = {
 
 # Asked for by name only (`partition:leader`), never drawn at random: keeps the seeded random
 # draw over GRUDGES what it was.
-EXPLICIT = (CLIENTS, "leader", "replies")  # replies: see PartitionFault
+EXPLICIT = (CLIENTS, "leader", "replies", "replies-reset")  # replies: see PartitionFault
 
 
 def make_grudge(kind: str, nodes: Sequence[str], rng: random.Random, *, current_leaders: Iterable[str] = ()) -> Grudge:

@@ -4,7 +4,8 @@ Only our own chains are ever touched: `LOGQUAKE` (partitions: DROP by source add
 `LOGQUAKE-LOSS` (random loss with the `statistic` match), each jumped to from INPUT, and
 `LOGQUAKE-OUT` (one-way cuts: DROP by destination), jumped to from OUTPUT. Dropping on input
 is enough to cut TCP both ways (a SYN or its SYN-ACK never arrives); dropping on output only
-silences a node towards a peer whose requests still arrive and are acted on. Healing deletes
+silences a node towards a peer whose requests still arrive and are acted on (`reset` then
+aborts that peer's connections with `ss -K`, the only thing besides iptables run). Healing deletes
 the jump and the chain, nothing else. All nodes are changed in parallel, one iptables-restore
 per node, so a partition lands on every node within one round of process starts.
 """
@@ -95,10 +96,23 @@ class Net:
 
         self._each(list(self.hosts), apply)
 
-    def mute(self, nodes: Sequence[str], peer: str) -> None:
-        """Make `nodes` drop every packet they send to `peer` (a key of `addresses`): a one-way cut."""
-        rule = f"-A {OUT_CHAIN} -d {self.addresses[peer]}/32 -j DROP"
-        self._each(list(nodes), lambda n: self._restore(n, OUT_CHAIN, [rule]))
+    def mute(self, nodes: Sequence[str], peer: str, *, pass_resets: bool = False) -> None:
+        """Make `nodes` drop every packet they send to `peer` (a key of `addresses`): a one-way cut.
+
+        `pass_resets` lets TCP resets through, so that `reset` can end the peer's connections
+        while everything else stays cut.
+        """
+        addr = self.addresses[peer]
+        rules = [f"-A {OUT_CHAIN} -d {addr}/32 -p tcp --tcp-flags RST RST -j RETURN"] if pass_resets else []
+        rules.append(f"-A {OUT_CHAIN} -d {addr}/32 -j DROP")
+        self._each(list(nodes), lambda n: self._restore(n, OUT_CHAIN, rules))
+
+    def reset(self, nodes: Sequence[str], peer: str) -> dict[str, int]:
+        """Abort every TCP connection of `nodes` with `peer` (`ss -K`: the kernel sends the peer a
+        reset and the local process gets an error); how many each node aborted."""
+        argv = ["ss", "-K", "-t", "-n", "-H", "dst", self.addresses[peer]]
+        out = self._each(list(nodes), lambda n: run_checked(self.hosts[n], argv, timeout=30))
+        return {n: len(text.splitlines()) for n, text in out.items()}
 
     def heal(self, *, thorough: bool = False) -> None:
         """Remove the partition chains (two-way and one-way) everywhere; `thorough` also removes

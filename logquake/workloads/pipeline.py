@@ -22,9 +22,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
+from logquake.workloads.confluent import START_OFFSET
 from logquake.workloads.profiles import Profile
 
 log = logging.getLogger("logquake.pipeline")
@@ -223,8 +224,9 @@ class Worker:
         committed = self.consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10.0)
         for tp in committed:
             try:
+                # Nothing committed: the log's first offset, never a logical one (confluent.START_OFFSET).
                 self.consumer.seek(TopicPartition(tp.topic, tp.partition,
-                                                  tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+                                                  tp.offset if tp.offset >= 0 else START_OFFSET))
             except KafkaException as e:
                 log.info("seek failed (partition moved in a rebalance?): %s", e)
 

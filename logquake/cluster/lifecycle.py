@@ -103,6 +103,9 @@ class BrokerLifecycle(PidSignals):
     python: str
     broker: Mapping[str, Any] = field(default_factory=dict)
     faketime: bool = False
+    # Where the clock faults' sitecustomize shim is on the nodes; None when the node's
+    # interpreter puts it on its path itself (the ssh backend's wrapper, an uploaded copy).
+    faketime_site: str | None = FAKETIME_SITE
     lazyfs: bool = False
 
     def spec(self, node: str) -> NodeSpec:
@@ -156,8 +159,13 @@ class BrokerLifecycle(PidSignals):
         # monotonic clock, and faking it would break the broker's timers in ways no real
         # deployment sees. FAKETIME_NO_CACHE makes every change visible on the next call.
         # libfaketime then breaks Python's time.sleep; FAKETIME_SITE's sitecustomize mends it.
-        return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": self.spec(node).path("faketime.rc"),
-                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": FAKETIME_SITE}
+        env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": self.spec(node).path("faketime.rc"),
+               "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+        if self.faketime_site:
+            # In front of the path the broker would have had, not instead of it: a harness run
+            # from a snapshot (PYTHONPATH=/tmp/snap) must not get brokers of the editable install.
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (self.faketime_site, os.environ.get("PYTHONPATH")) if p)
+        return env
 
     def pid(self, node: str, leaf: str = "broker.pid") -> int | None:
         rc, out, _ = self.hosts[node].exec(["cat", self.spec(node).path(leaf)], timeout=20)

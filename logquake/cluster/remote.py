@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from pathlib import Path
 import logquake
 from logquake.cluster.cluster import Cluster
 from logquake.cluster.host import Host, run_checked
-from logquake.cluster.lifecycle import BrokerLifecycle, NodeSpec
+from logquake.cluster.lifecycle import FAKETIME_SITE, BrokerLifecycle, NodeSpec
 from logquake.config import TestConfig
 
 __all__ = ["RemoteState", "RemoteCluster", "lifecycle_for", "install_logquake", "detect_iptables"]
@@ -66,12 +67,16 @@ class RemoteCluster(Cluster):
 
 
 def lifecycle_for(cfg: TestConfig, hosts: Mapping[str, Host], specs: Sequence[NodeSpec], python: str) -> BrokerLifecycle:
+    """`python` is the harness's own interpreter (docker: the harness tree is mounted at the same
+    paths, so is the clock shim) or install_logquake's wrapper (ssh), which puts the uploaded
+    copy's shim on the path itself."""
     broker = dict(cfg.broker)
     broker.setdefault("default_replication_factor", min(cfg.replication_factor, len(specs)))
     broker.setdefault("default_partitions", cfg.partitions)
     # LazyFS needs FUSE on the node; corrupt-tail covers disk faults everywhere.
+    shim = FAKETIME_SITE if python == sys.executable else None
     return BrokerLifecycle(hosts=hosts, specs=list(specs), python=python, broker=broker,
-                           faketime="clock" in cfg.nemesis, lazyfs=False)
+                           faketime="clock" in cfg.nemesis, faketime_site=shim, lazyfs=False)
 
 
 def detect_iptables(host: Host) -> str:
@@ -93,7 +98,8 @@ def _source_tarball() -> bytes:
 WRAPPER = """#!/bin/sh
 # logquake as uploaded by the harness, run with this node's Python ({python}).
 PKG={pkg}
-if [ -n "$FAKETIME_TIMESTAMP_FILE" ]; then PYTHONPATH="$PKG/logquake/cluster/faketime_site"; fi
+# Under clock faults the shim goes in front of whatever PYTHONPATH the broker inherits.
+if [ -n "$FAKETIME_TIMESTAMP_FILE" ]; then PYTHONPATH="$PKG/logquake/cluster/faketime_site${{PYTHONPATH:+:$PYTHONPATH}}"; fi
 PYTHONPATH="$PKG${{PYTHONPATH:+:$PYTHONPATH}}" exec {python} "$@"
 """
 

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from logquake.cluster import BrokerLifecycle, NodeSpec, open_cluster
+from logquake.cluster.lifecycle import FAKETIME_SITE, LIBFAKETIME
+from logquake.cluster.remote import install_logquake
 from logquake.config import TestConfig
 
-from .labkit import fake_cluster, require_lab, wait_until
+from .labkit import fake_clock, fake_cluster, fake_counter, lab, require_lab, wait_until
 
 
 def _specs(tmp_path: Path) -> list[NodeSpec]:
@@ -38,6 +43,57 @@ def test_faketime_env_only_when_clock_faults_are_on(tmp_path):
     env = skewed._env("n1")
     assert env["FAKETIME_TIMESTAMP_FILE"].endswith("n1/faketime.rc") and "faketime" in env["LD_PRELOAD"]
     assert env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
+
+
+def test_faketime_shim_goes_in_front_of_the_inherited_pythonpath(tmp_path, monkeypatch):
+    skewed = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3", faketime=True)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert skewed._env("n1")["PYTHONPATH"] == FAKETIME_SITE
+    monkeypatch.setenv("PYTHONPATH", "/tmp/snap")
+    assert skewed._env("n1")["PYTHONPATH"] == f"{FAKETIME_SITE}:/tmp/snap"
+    wrapped = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3", faketime=True, faketime_site=None)
+    assert "PYTHONPATH" not in wrapped._env("n1")  # the ssh wrapper adds its own copy's shim
+
+
+def _other_site(base: Path) -> Path:
+    """A PYTHONPATH directory with a sitecustomize of its own, which leaves a file per process."""
+    site = base / "other_site"
+    site.mkdir(parents=True)
+    (site / "sitecustomize.py").write_text(
+        "import os\nopen(os.path.join(os.path.dirname(__file__), f'ran.{os.getpid()}'), 'w').close()\n")
+    return site
+
+
+@pytest.mark.lab
+def test_a_broker_under_clock_faults_keeps_its_pythonpath_and_its_sitecustomize(tmp_path, monkeypatch):
+    # As a harness run from a snapshot (PYTHONPATH=/tmp/snap): the broker must see that path
+    # (here: its sitecustomize ran) and the faketime shim (time.sleep works, the clock moves).
+    site = _other_site(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    with fake_cluster(1, tmp_path / "lab", faketime=True) as c:
+        lc = c.lifecycle
+        assert (site / f"ran.{lc.pid('n1')}").exists()
+        n = fake_counter(c, "n1")
+        wait_until(lambda: fake_counter(c, "n1") > n + 5, what="the broker's time.sleep loop to run")
+        lc.set_clock("n1", 3600)
+        wait_until(lambda: fake_clock(c, "n1") - time.time() > 3500, what="n1 an hour ahead")
+
+
+@pytest.mark.lab
+def test_the_ssh_wrapper_puts_the_shim_in_front_of_the_inherited_pythonpath(tmp_path):
+    site = _other_site(tmp_path)
+    with lab(1, tmp_path / "lab") as (_, hosts):
+        host = hosts["n1"]
+        python = install_logquake(host, str(tmp_path / "node"), sys.executable)
+        env = ["env", f"PYTHONPATH={site}", f"LD_PRELOAD={LIBFAKETIME}", f"FAKETIME_TIMESTAMP_FILE={tmp_path}/rc",
+               "FAKETIME_DONT_FAKE_MONOTONIC=1"]
+        script = "import os, sys, time; time.sleep(0.01); print(os.getpid()); print(os.pathsep.join(sys.path))"
+        rc, out, err = host.exec([*env, python, "-c", script])
+    assert rc == 0, err
+    pid, path = out.split()
+    pkg = str(tmp_path / "node" / "pkg")
+    assert path.split(os.pathsep)[1:4] == [pkg, f"{pkg}/logquake/cluster/faketime_site", str(site)]
+    assert (site / f"ran.{pid}").exists()
 
 
 @pytest.mark.lab

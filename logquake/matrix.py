@@ -79,9 +79,10 @@ DEFAULT_MATRIX: dict[str, Any] = {
         {"mode": {"fsync": "never"}, "nemesis": ["disk:power-loss-majority"],
          "expect": ["lost-write", "inconsistent-offsets"],
          "config": {"rate": 200, "concurrency": 10, "nemesis_interval": 8, "time_limit": 60}},
-        # Brokers' replies to the clients dropped: writes commit unanswered, the clients retry them.
-        {"mode": {"dedup": "off"}, "nemesis": ["partition:replies"], "expect": ["duplicate"],
-         "config": {"guarantee": "exactly-once", "rate": 200, "concurrency": 10}},
+        # Brokers' replies to the clients dropped, then the client connections aborted: writes
+        # appended unanswered, the idempotent producers retry them at once with the same sequences.
+        {"mode": {"dedup": "off"}, "nemesis": ["partition:replies-reset"], "expect": ["duplicate"],
+         "config": {"guarantee": "idempotent", "rate": 200, "concurrency": 10}},
         {"mode": {"txn_markers": "partial"}, "nemesis": ["kill"], "expect": ["unseen", "G1c", "G1a", "lost-write"],
          "config": {"txn": True, "partitions": 3}},
         # The txn workload aborts 10 % of its writing transactions on purpose, after 0.3 s open.

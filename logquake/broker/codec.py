@@ -43,6 +43,7 @@ __all__ = [
     "API_RANGES",
     "ApiKey",
     "BadRequest",
+    "Encoded",
     "FrameError",
     "Request",
     "RequestDecoder",
@@ -242,8 +243,24 @@ def register_api(api_key: int, min_version: int, max_version: int, request_cls: 
     API_RANGES[api_key] = (min_version, max_version, request_cls, response_cls)
 
 
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A response body already in wire form (responses.py's encoders): only the header is added.
+    `flexible`: the response header carries tagged fields (v1), as for a flexible version."""
+
+    body: bytes
+    flexible: bool
+
+
+_CORR = struct.Struct(">ii")
+
+
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
-    """Frame a response object (a kafka-python response instance, or a dict of its fields)."""
+    """Frame a response object (a kafka-python response instance, a dict of its fields, or an
+    `Encoded` body)."""
+    if type(body) is Encoded:
+        tags = b"\x00" if body.flexible else b""
+        return _CORR.pack(4 + len(tags) + len(body.body), correlation_id) + tags + body.body
     resp_cls = API_RANGES[api_key][3]
     if isinstance(body, dict):
         body = resp_cls[version](**body)

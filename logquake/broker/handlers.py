@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from logquake.broker import codec, txn_index
+from logquake.broker import codec, responses, txn_index
 from logquake.broker.codec import ApiKey, Request
 from logquake.broker.metadata import validate_topic_name
 from logquake.broker.producer_state import Outcome
@@ -189,30 +189,46 @@ class KafkaApi:
         log.info("api %d from %s for %s-%d answered with error %d", req.api_key, req.client_id, topic,
                  partition, err)
 
-    async def _produce_wait(self, req: Request, results: list[tuple[str, int, Any]]) -> Any:
-        timeout = max(req.body.timeout_ms, 1) / 1000
+    def _produce_wait(self, req: Request, results: list[tuple[str, int, Any]]) -> asyncio.Future[Any]:
+        """The response once every append future is resolved or the request's timeout passed.
+
+        Callbacks on one future rather than a task around asyncio.wait: this is every acks=1
+        and acks=all produce, and the task and the wait's own futures cost more than the rest
+        of the handler."""
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[Any] = loop.create_future()
         futs = [o for _, _, o in results if isinstance(o, asyncio.Future)]
-        done, pending = await asyncio.wait(futs, timeout=timeout)
-        final = []
-        for t, p, o in results:
-            if isinstance(o, asyncio.Future):
-                if o in done:
-                    o = o.result()
-                else:
-                    log.info("produce to %s-%d from %s timed out before commit", t, p, req.client_id)
-                    o = AppendOutcome(error_code=REQUEST_TIMED_OUT)
-            final.append((t, p, o))
-        return self._produce_response(req, final)
+        left = len(futs)
+
+        def finish() -> None:
+            if out.done():
+                return
+            timer.cancel()
+            final = []
+            for t, p, o in results:
+                if isinstance(o, asyncio.Future):
+                    if o.done() and not o.cancelled():
+                        o = o.result()
+                    else:
+                        log.info("produce to %s-%d from %s timed out before commit", t, p, req.client_id)
+                        o = AppendOutcome(error_code=REQUEST_TIMED_OUT)
+                final.append((t, p, o))
+            out.set_result(self._produce_response(req, final))
+
+        def one_done(_: asyncio.Future[Any]) -> None:
+            nonlocal left
+            left -= 1
+            if left == 0:
+                finish()
+
+        timer = loop.call_later(max(req.body.timeout_ms, 1) / 1000, finish)
+        for f in futs:
+            f.add_done_callback(one_done)
+        return out
 
     def _produce_response(self, req: Request, results: list[tuple[str, int, AppendOutcome]]) -> Any:
-        cls = codec.API_RANGES[ApiKey.PRODUCE][3][req.api_version]
-        T = cls.TopicProduceResponse
-        by_topic: dict[str, list[Any]] = {}
-        for t, p, o in results:
-            by_topic.setdefault(t, []).append(T.PartitionProduceResponse(
-                index=p, error_code=o.error_code, base_offset=o.base_offset, log_append_time_ms=-1,
-                log_start_offset=0, record_errors=[], error_message=None))
-        return cls(throttle_time_ms=0, responses=[T(name=t, partition_responses=ps) for t, ps in by_topic.items()])
+        return responses.produce_response(req.api_version, [(t, p, o.error_code, o.base_offset)
+                                                            for t, p, o in results])
 
     # ---- Fetch --------------------------------------------------------------------------------
 
@@ -249,15 +265,12 @@ class KafkaApi:
 
     def _fetch_once(self, req: Request) -> tuple[list[Any], int, list[tuple[Any, int]], bool]:
         b = req.body
-        cls = codec.API_RANGES[ApiKey.FETCH][3][req.api_version]
-        T = cls.FetchableTopicResponse
         read_committed = b.isolation_level == 1
         leak = self.node.cfg.unsafe.get("read_committed") == "leak"
-        A = T.PartitionData.AbortedTransaction
         budget = b.max_bytes if b.max_bytes > 0 else 1 << 62
         total, errors, watch, topics = 0, False, [], []
         for t in b.topics:
-            parts = []
+            parts: list[responses.FetchPartition] = []
             for p in t.partitions:
                 rep, err = self._leader_replica(t.topic, p.partition)
                 hw = lso = -1
@@ -275,7 +288,7 @@ class KafkaApi:
                         records = self._read(rep, p.fetch_offset, upper, min(p.partition_max_bytes, budget),
                                               first=total == 0)
                         if read_committed and records:
-                            aborted = [A(producer_id=a.producer_id, first_offset=a.first_offset)
+                            aborted = [(a.producer_id, a.first_offset)
                                        for a in txn_index.aborted_between(st.txns, p.fetch_offset, upper)]
                         budget -= len(records)
                         total += len(records)
@@ -283,34 +296,16 @@ class KafkaApi:
                 if err != NONE:
                     errors = True
                     self._reject(req, t.topic, p.partition, err)
-                parts.append(T.PartitionData(
-                    partition_index=p.partition, error_code=err, high_watermark=hw, last_stable_offset=lso,
-                    log_start_offset=start, aborted_transactions=aborted,
-                    preferred_read_replica=-1, records=records))
-            topics.append(T(topic=t.topic, partitions=parts))
+                parts.append((p.partition, err, hw, lso, start, aborted, records))
+            topics.append((t.topic, parts))
         return topics, total, watch, errors
 
     @staticmethod
     def _read(rep: Any, offset: int, upto: int, max_bytes: int, *, first: bool) -> bytes:
-        st = rep.state
-        i = st.locate(offset)
-        out: list[bytes] = []
-        size = 0
-        batches = st.batches
-        while i < len(batches):
-            ref = batches[i]
-            if ref.base_offset >= upto:
-                break
-            if size + ref.length > max_bytes and (out or not first):
-                break  # KIP-74: the first batch goes out even when larger than the limits
-            out.append(rep.read(ref))
-            size += ref.length
-            i += 1
-        return b"".join(out)
+        return rep.state.read(offset, upto, max_bytes, first=first)
 
     def _fetch_response(self, req: Request, topics: list[Any]) -> Any:
-        cls = codec.API_RANGES[ApiKey.FETCH][3][req.api_version]
-        return cls(throttle_time_ms=0, error_code=NONE, session_id=0, responses=topics)
+        return responses.fetch_response(req.api_version, topics)
 
     # ---- ListOffsets --------------------------------------------------------------------------
 
@@ -462,11 +457,7 @@ def _readable(watch: list[tuple[Any, int]], enough: int, read_committed: bool, l
         if not rep.is_ready_leader or not st.log_start_offset <= offset <= st.next_offset:
             return enough
         upper = txn_index.fetch_upper_bound(st.txns, st.next_offset, read_committed=read_committed, leak=leak)
-        batches = st.batches
-        i = st.locate(offset) if offset < upper else len(batches)
-        while i < len(batches) and batches[i].base_offset < upper:
-            total += batches[i].length
-            if total >= enough:
-                return total
-            i += 1
+        total += st.readable(offset, upper)
+        if total >= enough:
+            return total
     return total

@@ -309,6 +309,9 @@ class RaftNode:
         self._msgs: list[Message] = []
         self._role = FOLLOWER
         self._leader: int | None = None
+        # Bumped whenever role, term or leader may change: a shell polling many groups for
+        # leadership changes compares this one int instead of the three.
+        self.leadership_version = 0
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
         self._timeout = 0
@@ -575,11 +578,13 @@ class RaftNode:
             self._vote = None
         self._role = FOLLOWER
         self._leader = leader
+        self.leadership_version += 1
         self._reset_timers()
 
     def _become_precandidate(self) -> None:
         self._role = PRECANDIDATE
         self._leader = None
+        self.leadership_version += 1
         self._reset_timers()
         self._votes = {self.id: True}
         if self._quorum == 1:
@@ -597,6 +602,7 @@ class RaftNode:
         self._vote = self.id
         self._role = CANDIDATE
         self._leader = None
+        self.leadership_version += 1
         self._reset_timers()
         self._votes = {self.id: True}
         if self._quorum == 1:
@@ -610,6 +616,7 @@ class RaftNode:
     def _become_leader(self) -> None:
         self._role = LEADER
         self._leader = self.id
+        self.leadership_version += 1
         self._reset_timers()
         nxt = len(self._log) + 1
         self._progress = {v: _Progress(nxt) for v in self.voters}
@@ -671,11 +678,15 @@ class RaftNode:
         k = m.kind
         if k is MsgKind.APPEND:
             self._election_elapsed = 0
-            self._leader = m.frm
+            if self._leader != m.frm:
+                self._leader = m.frm
+                self.leadership_version += 1
             self._handle_append(m)
         elif k is MsgKind.HEARTBEAT:
             self._election_elapsed = 0
-            self._leader = m.frm
+            if self._leader != m.frm:
+                self._leader = m.frm
+                self.leadership_version += 1
             if m.commit > self._commit:
                 self._commit = min(m.commit, len(self._log))
             self._msgs.append(

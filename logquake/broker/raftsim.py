@@ -124,6 +124,7 @@ class Sim:
         self.messages_sent = 0
         self.crashes = 0
         self._seen_leader: set[tuple[int, int]] = set()
+        self._seen_leadership: dict[int, tuple[RaftNode, tuple[object, ...]]] = {}
         self.trace: list[str] | None = None  # set to [] to record every delivered message
 
     # ---- nodes -----------------------------------------------------------------------------
@@ -364,6 +365,12 @@ class Sim:
             self._violate(f"committed entry {e.index} changed: {seen} then {e} (node {node.node_id})")
 
     def _observe(self, i: int, r: RaftNode) -> None:
+        # Shells skip groups whose leadership_version did not move: it must move with any change.
+        now = (r.leadership_version, r.role, r.term, r.leader_id)
+        seen = self._seen_leadership.get(i)
+        if seen is not None and seen[0] is r and seen[1][0] == now[0] and seen[1][1:] != now[1:]:
+            self._violate(f"node {i}: role/term/leader {seen[1][1:]} -> {now[1:]} without a leadership_version bump")
+        self._seen_leadership[i] = (r, now)
         if r.role != LEADER or (i, r.term) in self._seen_leader:
             return
         self._seen_leader.add((i, r.term))

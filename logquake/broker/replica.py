@@ -55,6 +55,7 @@ class _GroupBase:
         self.seen_role = raft.role
         self.seen_term = raft.term
         self.seen_leader = raft.leader_id
+        self.seen_version = raft.leadership_version
 
     @property
     def name(self) -> str:
@@ -62,6 +63,9 @@ class _GroupBase:
 
     def leadership_changed(self) -> bool:
         r = self.raft
+        if r.leadership_version == self.seen_version:
+            return False  # the common case, polled for every group on every loop turn
+        self.seen_version = r.leadership_version
         changed = (r.role, r.term, r.leader_id) != (self.seen_role, self.seen_term, self.seen_leader)
         self.seen_role, self.seen_term, self.seen_leader = r.role, r.term, r.leader_id
         return changed

@@ -11,8 +11,10 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from logquake.broker import responses
 from logquake.broker.codec import (
     API_RANGES,
+    ApiKey,
     BadRequest,
     FrameError,
     Request,
@@ -130,3 +132,50 @@ def test_produce_request_with_records_decodes() -> None:
         name="t", partition_data=[R.TopicProduceData.PartitionProduceData(index=0, records=_batch(2))])])
     (r,) = RequestDecoder().feed(_frame(req))
     assert parse_batches(r.body.topic_data[0].partition_data[0].records)[0].record_count == 2
+
+
+_names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+_i16, _i32, _i64 = st.integers(-(2**15), 2**15 - 1), st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_hand_written_produce_response_is_kafka_pythons_bytes(data) -> None:
+    lo, hi, _, resp = API_RANGES[ApiKey.PRODUCE]
+    v = data.draw(st.integers(lo, hi))
+    parts = data.draw(st.lists(st.tuples(st.sampled_from(["a", "tópico", "x" * 200]), _i32, _i16, _i64), max_size=4))
+    corr = data.draw(_i32)
+    cls = resp[v]
+    T = cls.TopicProduceResponse
+    by_topic: dict[str, list] = {}
+    for t, p, err, base in parts:
+        by_topic.setdefault(t, []).append(T.PartitionProduceResponse(
+            index=p, error_code=err, base_offset=base, log_append_time_ms=-1, log_start_offset=0,
+            record_errors=[], error_message=None))
+    want = encode_response(ApiKey.PRODUCE, v, corr, cls(
+        throttle_time_ms=0, responses=[T(name=t, partition_responses=ps) for t, ps in by_topic.items()]))
+    assert encode_response(ApiKey.PRODUCE, v, corr, responses.produce_response(v, parts)) == want
+
+
+_fetch_parts = st.lists(st.tuples(
+    _i32, _i16, _i64, _i64, _i64,
+    st.none() | st.lists(st.tuples(_i64, _i64), max_size=3),
+    st.binary(max_size=300)), max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_hand_written_fetch_response_is_kafka_pythons_bytes(data) -> None:
+    lo, hi, _, resp = API_RANGES[ApiKey.FETCH]
+    v = data.draw(st.integers(lo, hi))
+    topics = data.draw(st.lists(st.tuples(_names, _fetch_parts), max_size=3))
+    corr = data.draw(_i32)
+    cls = resp[v]
+    T = cls.FetchableTopicResponse
+    A = T.PartitionData.AbortedTransaction
+    objs = [T(topic=t, partitions=[T.PartitionData(
+        partition_index=i, error_code=err, high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
+        aborted_transactions=None if ab is None else [A(producer_id=p, first_offset=f) for p, f in ab],
+        preferred_read_replica=-1, records=rec) for i, err, hw, lso, start, ab, rec in ps]) for t, ps in topics]
+    want = encode_response(ApiKey.FETCH, v, corr, cls(throttle_time_ms=0, error_code=0, session_id=0, responses=objs))
+    assert encode_response(ApiKey.FETCH, v, corr, responses.fetch_response(v, topics)) == want

@@ -60,6 +60,45 @@ def test_replicas_rebuild_the_same_dense_log(script) -> None:
         assert got_epoch == epoch and end > start
 
 
+
+def _read_batch_by_batch(st_: pmod.PartitionState, log: list[tuple[int, bytes]], offset: int, upto: int,
+                         max_bytes: int, first: bool) -> bytes:
+    """The fetch read as the broker first did it: batch by batch from each entry's payload."""
+    out, size, i = [], 0, st_.locate(offset)
+    while i < len(st_.batches):
+        ref = st_.batches[i]
+        if ref.base_offset >= upto or (size + ref.length > max_bytes and (out or not first)):
+            break
+        out.append(log[ref.raft_index - 1][1][1 + ref.start : 1 + ref.start + ref.length])
+        size += ref.length
+        i += 1
+    return b"".join(out)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=3), min_size=1, max_size=15), st.data())
+def test_fetch_read_is_the_batches_in_range_within_the_size_limit(script, data) -> None:
+    log, leo = [], 0
+    for sizes in script:
+        body = b"".join(_batch(n, 1000 * (len(log) + 1)) for n in sizes)
+        hs = parse_batches(body)
+        log.append((1, bytes(rewrite_batches(body, hs, leo, 1, prefix=pmod.RECORDS_PREFIX))))
+        leo += batches_span(hs)
+    state = pmod.PartitionState()
+    for i, (t, payload) in enumerate(log, start=1):
+        pmod.apply(state, index=i, term=t, data=payload)
+    for _ in range(10):
+        offset = data.draw(st.integers(0, leo))
+        upto = data.draw(st.integers(0, leo + 1))
+        max_bytes = data.draw(st.integers(-10, 600))
+        first = data.draw(st.booleans())
+        want = _read_batch_by_batch(state, log, offset, upto, max_bytes, first)
+        assert state.read(offset, upto, max_bytes, first=first) == want
+        # A long poll counts nothing readable at or past the bound (its fetch would read the
+        # batch holding `offset` even then, but only once woken for another reason).
+        readable = len(_read_batch_by_batch(state, log, offset, upto, 1 << 40, True)) if offset < upto else 0
+        assert state.readable(offset, upto) == readable
+
 def test_apply_rejects_an_offset_gap() -> None:
     body = _batch(2, 0)
     data = bytes(rewrite_batches(body, parse_batches(body), 5, 1, prefix=pmod.RECORDS_PREFIX))

@@ -218,7 +218,11 @@ class Worker:
             done = complete(inv, INFO, inv.value, error=f"{type(e).__name__}: {e}")
             self.broken = True
         if not crew.watchdog.disarm(self):
-            return None  # the watchdog completed this op as info and replaced this worker
+            # The watchdog took this call: it records the info completion and starts a
+            # successor. Stop here, before the watchdog thread gets to say so: one more op
+            # under this process would be invoked while the timed-out one is in flight.
+            self.abandoned = True
+            return None
         done = crew.recorder.record(replace(done, process=inv.process, f=inv.f))
         with crew.gen_lock:
             crew.gen.update(ctx, done)

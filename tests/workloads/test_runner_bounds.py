@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from logquake import runner
-from logquake.history import load_history
+from logquake.history import Op, load_history
 from logquake.runner import StaticCluster
 from logquake.runner import run_test as _run_test
 
@@ -27,8 +28,20 @@ def _hold_the_gil() -> None:
     re.match(r"(a+)+$", "a" * 26 + "b")
 
 
-class _DrainHoldsTheGil(MemClient):
-    """Its first drain poll holds the GIL for seconds, as a stuck C-library call would."""
+class _DrainReadsNothing(MemClient):
+    """Reads nothing once the drain has begun (as behind a last stable offset that never moves)."""
+
+    def invoke(self, op):
+        done = super().invoke(op)
+        if op.f == "assign" and op.get("seek_to_beginning"):
+            self.assigned = []  # its polls from here on find nothing
+        return done
+
+
+class _DrainHoldsTheGil(_DrainReadsNothing):
+    """Its first drain poll holds the GIL for seconds, as a stuck C-library call would, and
+    reads nothing: were it to read everything once the GIL is back, whether the drain counts
+    as complete would depend on how long the regex took against the runner's join timeout."""
 
     def __init__(self, log: MemLog) -> None:
         super().__init__(log)
@@ -78,16 +91,6 @@ def test_a_client_close_that_never_returns_does_not_hang_the_run(tmp_path, monke
     text = (out.run_dir / "harness.log").read_text()
     assert "still closing after 1 s: left behind" in text
     assert (out.run_dir / "results.json").is_file()
-
-
-class _DrainReadsNothing(MemClient):
-    """Reads nothing once the drain has begun (as behind a last stable offset that never moves)."""
-
-    def invoke(self, op):
-        done = super().invoke(op)
-        if op.f == "assign" and op.get("seek_to_beginning"):
-            self.assigned = []  # its polls from here on find nothing
-        return done
 
 
 def test_a_drain_that_cannot_read_everything_gives_unknown_not_a_verdict_on_unread_values(tmp_path):
@@ -158,3 +161,45 @@ def test_a_broker_dead_after_the_heal_makes_the_verdict_unknown_naming_it(tmp_pa
     assert out.valid == "unknown" and out.exit_code == runner.EXIT_UNKNOWN
     assert "n2 (TypeError" in out.results["error"]
     assert "brokers down after the heal" in (out.run_dir / "harness.log").read_text()
+
+
+class _SlowCall:
+    """A client whose calls outlast the watchdog's timeout."""
+
+    def __init__(self) -> None:
+        self.invoked: list[int] = []
+
+    def invoke(self, op):
+        self.invoked.append(op.process)
+        time.sleep(0.5)
+        return runner.complete(op, "ok", op.value)
+
+
+def test_a_call_that_returns_while_the_watchdog_takes_it_ends_its_worker(tmp_path):
+    # The watchdog has taken the expired call but not yet marked the worker abandoned (its
+    # hand-over is held open here): the worker must still stop, not invoke another op under
+    # the same process while the timed-out one is in flight (an unreadable history).
+    handing_over = threading.Event()
+    release = threading.Event()
+
+    def on_expire(w, ctx, inv):
+        handing_over.set()
+        release.wait(10)
+
+    client = _SlowCall()
+    gen = SimpleNamespace(op=lambda ctx: Op(process=ctx.process, type="invoke", f="poll", value=[["poll"]]),
+                          update=lambda ctx, op: None, fresh_client=lambda i: None)
+    crew = SimpleNamespace(watchdog=runner.Watchdog(0.05, on_expire), recorder=SimpleNamespace(record=lambda op: op),
+                           gen=gen, gen_lock=threading.Lock(), cfg=SimpleNamespace(concurrency=1))
+    w = runner.Worker(0, 0, crew)
+    w.client = client
+    try:
+        t = threading.Thread(target=w.run, args=("main", threading.Event(), None), daemon=True)
+        t.start()
+        assert handing_over.wait(10)
+        t.join(5)
+        assert not t.is_alive() and w.abandoned
+        assert client.invoked == [0]
+    finally:
+        release.set()
+        crew.watchdog.close()

@@ -20,10 +20,13 @@ Where this departs from jepsen.tests.kafka, and why:
 from __future__ import annotations
 
 import gc
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from logquake.checker.cycles import cycle_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
@@ -35,6 +38,7 @@ from logquake.checker.queue_index import (
     Txn,
     build_index,
     key_of,
+    txn_columns,
 )
 from logquake.checker.result import anomaly_entry, op_ref, run_safely, verdict
 from logquake.history import FAIL, INFO, OK, Op
@@ -294,34 +298,49 @@ def int_poll_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     """
     skips, nonmono = [], []
     orders = ix.orders
-    txns = ix.txns if ix.ragged is None else [ix.txns[i] for i in ix.ragged]
-    for t in txns:
-        if not t.reads:
+    rebalanced: dict[int, set] = {}
+    for t, k, pairs in _ragged_reads(ix):
+        got = rebalanced.get(t.id)
+        if got is None:
+            got = rebalanced[t.id] = _rebalanced_keys(t.op)
+        if k in got:
             continue
-        rebalanced = None
-        for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
-            if pos[CONTIGUOUS] or len(pairs) < 2:
-                continue  # the common case, decided once by the index
-            if rebalanced is None:
-                rebalanced = _rebalanced_keys(t.op)
-            if k in rebalanced:
+        ko = orders[k]
+        io, fi = ko.index_of_offset, ko.first_index
+        prev = None
+        for o, v in pairs:
+            i = io.get(o) if o is not None else fi.get(v)
+            if i is None:
                 continue
-            ko = orders[k]
-            io, fi = ko.index_of_offset, ko.first_index
-            prev = None
-            for o, v in pairs:
-                i = io.get(o) if o is not None else fi.get(v)
-                if i is None:
-                    continue
-                if prev is not None and i - prev[0] != 1:
-                    kind, e = _step(ko, prev[0], i, prev[1], v, k)
-                    e["op"] = op_ref(t.op)
-                    e["explanation"] = _int_words(t, k, prev[1], v, kind, "read")
-                    (skips if kind == "skip" else nonmono).append(e)
-                prev = (i, v)
+            if prev is not None and i - prev[0] != 1:
+                kind, e = _step(ko, prev[0], i, prev[1], v, k)
+                e["op"] = op_ref(t.op)
+                e["explanation"] = _int_words(t, k, prev[1], v, kind, "read")
+                (skips if kind == "skip" else nonmono).append(e)
+            prev = (i, v)
     skips.sort(key=lambda e: -e["delta"])
     nonmono.sort(key=lambda e: e["delta"])
     return {"int-poll-skip": skips, "int-nonmonotonic-poll": nonmono}
+
+
+def _ragged_reads(ix: QueueIndex) -> Iterator[tuple[Txn, Any, list]]:
+    """(op, key, pairs) of each read of a key of two pairs or more that is not one
+    contiguous run of the key's log, in op order then in the op's key order."""
+    g = ix.groups
+    if g is not None:  # the numpy index: one array expression
+        txns, keys = ix.txns, g.keys
+        sel = np.flatnonzero(~g.contiguous & (g.length >= 2))
+        for tid, kno in zip(g.tid[sel].tolist(), g.key[sel].tolist(), strict=True):
+            t = txns[tid]
+            k = keys[kno]
+            yield t, k, t.reads[k]
+        return
+    for t in ix.txns:
+        if not t.reads:
+            continue
+        for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
+            if not pos[CONTIGUOUS] and len(pairs) >= 2:
+                yield t, k, pairs
 
 
 def int_send_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
@@ -372,9 +391,22 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     purpose). Sends: the first value an ok/info op sends to a key is compared with the
     last one the process sent to it before.
     """
-    skips, nm_polls, nm_sends = [], [], []
+    skips: list = []
+    nm_polls: list = []
+    if ix.groups is not None:
+        _poll_order_arrays(ix, skips, nm_polls)
+    else:
+        _poll_order(ix, skips, nm_polls)
+    nm_sends = _send_order(ix)
+    skips.sort(key=lambda e: -e["delta"])
+    nm_polls.sort(key=lambda e: e["delta"])
+    nm_sends.sort(key=lambda e: e["delta"])
+    return {"poll-skip": skips, "nonmonotonic-poll": nm_polls, "nonmonotonic-send": nm_sends}
+
+
+def _poll_order(ix: QueueIndex, skips: list, nm_polls: list) -> None:
+    """Polls, op by op through Txn.pos (the general index)."""
     last_reads: dict[Any, dict] = {}
-    last_sends: dict[Any, dict] = {}
     orders = ix.orders
     for ev in ix.events:
         if isinstance(ev, Op):  # assign / subscribe
@@ -384,52 +416,138 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
                 last_reads[ev.process] = {k: x for k, x in lr.items() if k in keep}
             continue
         t: Txn = ev
+        if not t.reads:
+            continue
         p = t.process
-        if t.reads:
-            lr = last_reads.setdefault(p, {})
-            ok = t.type == OK
-            for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
-                prev = lr.get(k)
-                if prev is not None:
-                    i0 = pos[FIRST]
-                    if i0 is None:
-                        first = _first_index(orders[k], pairs)
-                    else:  # the value is looked up only for an anomaly: the pairs are cold memory
-                        first = (i0, None) if i0 - prev[0] == 1 else (i0, pairs[0][1])
-                    if first is not None and first[0] - prev[0] != 1:
-                        v0 = prev[1] if prev[3] is None else prev[3][-1][1]
-                        kind, e = _step(orders[k], prev[0], first[0], v0, first[1], k)
-                        e["ops"] = [op_ref(prev[2].op), op_ref(t.op)]
-                        e["explanation"] = _proc_words(p, prev[2], t, k, v0, first[1], kind, "read")
-                        (skips if kind == "skip" else nm_polls).append(e)
-                if ok:
-                    i1 = pos[LAST]
-                    if i1 is not None:  # (index, value, op, pairs whose last holds the value)
-                        lr[k] = (i1, None, t, pairs)
-                    else:
-                        last = _last_index(orders[k], pairs)
-                        if last is not None:
-                            lr[k] = (last[0], last[1], t, None)
-        if t.sends and t.type != FAIL:
-            ls = last_sends.setdefault(p, {})
-            seen: set = set()
-            for k, v, o in t.sends:
-                ko = orders.get(k)
-                i = ko.index(o if t.committed else None, v) if ko is not None else None
-                if k not in seen:
-                    seen.add(k)
-                    prev = ls.get(k)
-                    if prev is not None and i is not None and i - prev[0] < 1:
-                        _, e = _step(ko, prev[0], i, prev[1], v, k)
-                        e["ops"] = [op_ref(prev[2].op), op_ref(t.op)]
-                        e["explanation"] = _proc_words(p, prev[2], t, k, prev[1], v, "nonmonotonic", "sent")
-                        nm_sends.append(e)
-                if i is not None:
-                    ls[k] = (i, v, t)
-    skips.sort(key=lambda e: -e["delta"])
-    nm_polls.sort(key=lambda e: e["delta"])
-    nm_sends.sort(key=lambda e: e["delta"])
-    return {"poll-skip": skips, "nonmonotonic-poll": nm_polls, "nonmonotonic-send": nm_sends}
+        lr = last_reads.setdefault(p, {})
+        ok = t.type == OK
+        for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
+            prev = lr.get(k)
+            if prev is not None:
+                i0 = pos[FIRST]
+                if i0 is None:
+                    first = _first_index(orders[k], pairs)
+                else:  # the value is looked up only for an anomaly: the pairs are cold memory
+                    first = (i0, None) if i0 - prev[0] == 1 else (i0, pairs[0][1])
+                if first is not None and first[0] - prev[0] != 1:
+                    v0 = prev[1] if prev[3] is None else prev[3][-1][1]
+                    _poll_step(ix, prev[2], t, k, prev[0], first[0], v0, first[1], skips, nm_polls)
+            if ok:
+                i1 = pos[LAST]
+                if i1 is not None:  # (index, value, op, pairs whose last holds the value)
+                    lr[k] = (i1, None, t, pairs)
+                else:
+                    last = _last_index(orders[k], pairs)
+                    if last is not None:
+                        lr[k] = (last[0], last[1], t, None)
+
+
+def _poll_step(
+    ix: QueueIndex, a: Txn, b: Txn, k, i0: int, i1: int, v0, v1, skips: list, nm_polls: list
+) -> None:
+    kind, e = _step(ix.orders[k], i0, i1, v0, v1, k)
+    e["ops"] = [op_ref(a.op), op_ref(b.op)]
+    e["explanation"] = _proc_words(b.process, a, b, k, v0, v1, kind, "read")
+    (skips if kind == "skip" else nm_polls).append(e)
+
+
+def _poll_order_arrays(ix: QueueIndex, skips: list, nm_polls: list) -> None:
+    """_poll_order on the numpy index, as segment operations over the read groups.
+
+    Sorted by (process, key) with op order kept, each group's predecessor is the last
+    earlier group of its segment that an ok op made (only ok polls move a position). Only
+    the pairs that are not one step apart, anomalies or not, are then looked at one by one:
+    an assign or subscribe between them that dropped the key makes them no pair.
+    """
+    g = ix.groups
+    txns = ix.txns
+    sel = np.flatnonzero(g.some)  # an empty read neither compares nor moves a position
+    if not len(sel):
+        return
+    cols = txn_columns(ix)
+    proc, ok_t = cols.process, cols.ok
+    seg = proc[g.tid[sel]] * max(len(g.keys), 1) + g.key[sel]
+    order = np.argsort(seg, kind="stable")
+    s, seg = sel[order], seg[order]
+    n = len(s)
+    at = np.arange(n)
+    seg_start = np.zeros(n, dtype=np.int64)
+    seg_start[1:] = np.where(seg[1:] != seg[:-1], at[1:], 0)
+    np.maximum.accumulate(seg_start, out=seg_start)
+    last_ok = np.maximum.accumulate(np.where(ok_t[g.tid[s]], at, -1))
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[1:] = last_ok[:-1]
+    j = np.flatnonzero(prev >= seg_start)
+    cur, before = s[j], s[prev[j]]
+    off = g.first[cur] - g.last[before] != 1
+    cur, before = cur[off], before[off]
+    o = np.argsort(cur)  # back to op order, the order the examples are listed in
+    cur, before = cur[o], before[o]
+    subs = _subs_by_process(ix)
+    keys = g.keys
+    for kno, tc, tp, i1, i0 in zip(
+        g.key[cur].tolist(),
+        g.tid[cur].tolist(),
+        g.tid[before].tolist(),
+        g.first[cur].tolist(),
+        g.last[before].tolist(),
+        strict=True,
+    ):
+        b, a, k = txns[tc], txns[tp], keys[kno]
+        if _dropped(subs.get(b.process), tp, tc, k):
+            continue
+        _poll_step(ix, a, b, k, i0, i1, a.reads[k][-1][1], b.reads[k][0][1], skips, nm_polls)
+
+
+def _subs_by_process(ix: QueueIndex) -> dict[Any, tuple[list[int], list[Op]]]:
+    """process -> (number of Txns before each of its assign/subscribe ops, the ops)."""
+    out: dict[Any, tuple[list, list]] = {}
+    for before, op in ix.subs:
+        got = out.get(op.process)
+        if got is None:
+            out[op.process] = got = ([], [])
+        got[0].append(before)
+        got[1].append(op)
+    return out
+
+
+def _dropped(subs: tuple[list[int], list[Op]] | None, a: int, b: int, k: Any) -> bool:
+    """Did an assign/subscribe of the process between ops a and b (ids) drop key k?"""
+    if subs is None:
+        return False
+    befores, ops = subs
+    for x in range(bisect_left(befores, a + 1), bisect_right(befores, b)):
+        ev = ops[x]
+        if ev.get("seek_to_beginning") or k not in {key_of(y) for y in (ev.value or ())}:
+            return True
+    return False
+
+
+def _send_order(ix: QueueIndex) -> list:
+    """nonmonotonic-send: the first value an ok/info op sends to a key vs the process's last."""
+    nm_sends = []
+    last_sends: dict[Any, dict] = {}
+    orders = ix.orders
+    for t in ix.txns:
+        if not t.sends or t.type == FAIL:
+            continue
+        p = t.process
+        ls = last_sends.setdefault(p, {})
+        seen: set = set()
+        for k, v, o in t.sends:
+            ko = orders.get(k)
+            i = ko.index(o if t.committed else None, v) if ko is not None else None
+            if k not in seen:
+                seen.add(k)
+                prev = ls.get(k)
+                if prev is not None and i is not None and i - prev[0] < 1:
+                    _, e = _step(ko, prev[0], i, prev[1], v, k)
+                    e["ops"] = [op_ref(prev[2].op), op_ref(t.op)]
+                    e["explanation"] = _proc_words(p, prev[2], t, k, prev[1], v, "nonmonotonic", "sent")
+                    nm_sends.append(e)
+            if i is not None:
+                ls[k] = (i, v, t)
+    return nm_sends
 
 
 def _first_index(ko, pairs) -> tuple | None:
@@ -525,8 +643,10 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     had sent or polled a later offset). A poll at time t whose process has read key k up
     to offset o lags by t - expired[k][o+1]. For each process and key the lag only grows
     while its offset stays put, so it is evaluated once per run of one offset, at the last
-    poll of that run.
+    poll of that run. Ties go to the run closed first.
     """
+    if ix.groups is not None:
+        return _realtime_lag_arrays(ix)
     expired: defaultdict[Any, list[int]] = defaultdict(list)
     for t in ix.txns:
         if t.type == FAIL:
@@ -598,6 +718,265 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
             close(p, k, o, first, seq.get(p, 0))
     lag, t, p, k = best
     return {"time": t / 1e9, "lag": lag / 1e9, "process": p, "key": k}
+
+
+def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
+    """worst_realtime_lag on the numpy index: the same runs, closed in the same order.
+
+    Each ok poll or txn is a step of its process (seq 1, 2, ...); per (process, key) the
+    highest offset it read or sent at a step, `mo`, forms runs of the running maximum,
+    and each run closes when that maximum rises (lag measured at the step before), when
+    an assign/subscribe drops the key, or at the end. Between two assign/subscribe ops of
+    a process (an epoch) nothing resets a run, so the closes inside such a block are
+    array operations; only each block's first step and the assign/subscribe ops are
+    walked in Python. Every close is kept with where the loop of worst_realtime_lag
+    would have made it, so equal lags pick the same one.
+    """
+    g = ix.groups
+    txns = ix.txns
+    n = len(txns)
+    i64 = np.int64
+    cols = txn_columns(ix)
+    fail, poll, op_time, inv_time, proc = cols.fail, cols.step, cols.time, cols.inv_time, cols.process
+    # Every (op, key, offset, rank in _max_offsets' order): each read group's highest
+    # offset (its rank: its place among the op's reads), each send with an offset (its rank:
+    # after all reads, in send order).
+    keys = list(g.keys)
+    key_no = {k: i for i, k in enumerate(keys)}
+    rs = np.flatnonzero(g.some)
+    tid_parts, key_parts, off_parts, rank_parts = [g.tid[rs]], [g.key[rs]], [g.max[rs]], []
+    rank_parts.append(rs - np.searchsorted(g.tid, g.tid[rs]))
+    for k, (offs, _, tids, ranks) in g.sends.items():
+        kno = key_no.get(k)
+        if kno is None:
+            kno = key_no[k] = len(keys)
+            keys.append(k)
+        tid_parts.append(tids)
+        key_parts.append(np.full(len(offs), kno, dtype=i64))
+        off_parts.append(offs)
+        rank_parts.append(ranks)
+    T, K, Of, R = (
+        np.concatenate(x) if x else np.zeros(0, dtype=i64)
+        for x in (tid_parts, key_parts, off_parts, rank_parts)
+    )
+    live = ~fail[T]
+    T, K, Of, R = T[live], K[live], Of[live], R[live]
+    nk = max(len(keys), 1)
+    # expired: per key, the running maximum of offsets in op order; the first op where it
+    # reaches q is the one whose time expired[k][q] holds.
+    order = np.argsort(K * (n + 1) + T, kind="stable")
+    eT, eK, eO = T[order], K[order], Of[order]
+    big = int(eO.max(initial=0)) + 2
+    if nk * big < 2**62:  # the key folded into the offset: one running maximum for all keys
+
+        def fold(kk: np.ndarray, offs: np.ndarray) -> np.ndarray:
+            return kk * big + offs
+
+    else:  # offsets too large for that: by their rank among the offsets instead
+        uniq = np.unique(eO)
+        big = len(uniq) + 1
+
+        def fold(kk: np.ndarray, offs: np.ndarray) -> np.ndarray:
+            return kk * big + np.searchsorted(uniq, offs, side="left")
+
+    reach = np.maximum.accumulate(fold(eK, eO)) if len(eK) else eK
+    max_off = np.full(nk, -1, dtype=i64)
+    np.maximum.at(max_off, eK, eO)
+    # Steps: ok polls/txns, numbered per process; poll_at[start[p] + seq - 1] is step seq's op.
+    ptids = np.flatnonzero(poll)
+    poll_at = ptids[np.argsort(proc[ptids], kind="stable")]
+    nproc = int(proc.max(initial=-1)) + 1
+    steps = np.bincount(proc[poll_at], minlength=nproc).astype(i64)
+    start = np.zeros(nproc + 1, dtype=i64)
+    np.cumsum(steps, out=start[1:])
+    seq_of = np.zeros(n, dtype=i64)
+    seq_of[poll_at] = np.arange(len(poll_at)) - start[proc[poll_at]] + 1
+    # Assign/subscribe ops: position in ix.events, and per process the ok ones.
+    sub_before = np.fromiter((b for b, _ in ix.subs), dtype=i64, count=len(ix.subs))
+    ev_of_tid = np.arange(n) + np.searchsorted(sub_before, np.arange(n), side="right")
+    proc_no = cols.process_no
+    xs: dict[int, list] = {}  # process -> [(event position, steps done, {key no: rank in keep})]
+    ok_subs = [
+        (j, before, op, proc_no[op.process])
+        for j, (before, op) in enumerate(ix.subs)
+        if op.type == OK and op.process in proc_no  # (a process with no ops never has a lag)
+    ]
+    # Steps of its process done before each: polls of that process with a smaller op id.
+    by_proc = proc[poll_at] * (n + 1) + poll_at
+    dones = (
+        np.searchsorted(by_proc, np.fromiter((pn * (n + 1) + b for _, b, _, pn in ok_subs), dtype=i64))
+        - start[np.fromiter((pn for *_, pn in ok_subs), dtype=i64)]
+    ).tolist()
+    for (j, before, op, pn), done in zip(ok_subs, dones, strict=True):
+        keep = {key_of(k) for k in (op.value or ())} if op.f == "assign" else set()
+        ranks = {key_no[k]: r for r, k in enumerate(keep) if k in key_no}
+        xs.setdefault(pn, []).append((before + j, done, ranks))
+    state_rank = np.full(nproc, len(ix.events), dtype=i64)
+    if len(poll_at):
+        np.minimum.at(state_rank, proc[poll_at], ev_of_tid[poll_at])
+    for pn, evs in xs.items():
+        state_rank[pn] = min(int(state_rank[pn]), evs[0][0])
+    # Steps that touch a key: one per (op, key), the highest offset and the least rank.
+    m = poll[T]
+    T, K, Of, R = T[m], K[m], Of[m], R[m]
+    order = np.argsort(T * nk + K, kind="stable")
+    T, K, Of, R = T[order], K[order], Of[order], R[order]
+    code = T * nk + K
+    new = np.ones(len(code), dtype=bool)
+    new[1:] = code[1:] != code[:-1]
+    at = np.flatnonzero(new)
+    if len(at):
+        Of, R = np.maximum.reduceat(Of, at), np.minimum.reduceat(R, at)
+        T, K = T[at], K[at]
+    P = proc[T]
+    order = np.argsort(P * nk + K, kind="stable")  # per (process, key), in op order
+    T, K, Of, R, P = T[order], K[order], Of[order], R[order], P[order]
+    S = seq_of[T]
+    E = ev_of_tid[T]
+    # Epoch: how many ok assign/subscribe ops of its process came before the step.
+    # (It came after step `done` of its process: before every later step.)
+    epoch = np.zeros(len(T), dtype=i64)
+    if xs:
+        xk = np.sort(np.fromiter((pn * (n + 1) + e[1] for pn, evs in xs.items() for e in evs), dtype=i64))
+        first_x = np.searchsorted(xk, P * (n + 1), side="left")
+        epoch = np.searchsorted(xk, P * (n + 1) + S - 1, side="right") - first_x
+    pair = np.ones(len(T), dtype=bool)
+    pair[1:] = (P[1:] != P[:-1]) | (K[1:] != K[:-1])
+    block = pair.copy()
+    block[1:] |= epoch[1:] != epoch[:-1]
+    b_at = np.flatnonzero(block)
+    b_max = np.maximum.reduceat(Of, b_at) if len(b_at) else Of
+    # The walk: each (process, key), its blocks' first steps and the assign/subscribe ops.
+    cands: list[tuple] = []  # (process no, step, key no, offset + 1, order of the close)
+    b_first = np.zeros(len(b_at), dtype=i64)  # the run's offset after each block's first step
+    keep_at: dict[int, dict[int, list[int]]] = {}  # process -> key -> its ok assigns keeping it
+    for pn, evs in xs.items():
+        d = keep_at[pn] = {}
+        for x, (_, _, ranks) in enumerate(evs):
+            for kno in ranks:
+                d.setdefault(kno, []).append(x)
+    inf_ev = len(ix.events) + 1
+
+    def walk(pn: int, kno: int, st: list | None, a: int, b: int) -> list | None:
+        """Apply process pn's ok assign/subscribe ops a..b-1 to key kno's run `st`."""
+        evs = xs[pn]
+        lst = keep_at[pn].get(kno, ())
+        x = a
+        while x < b:
+            i = bisect_left(lst, x)
+            if st is None:
+                if i == len(lst) or lst[i] >= b:
+                    return None
+                x = lst[i]
+                ev, done, ranks = evs[x]
+                st = [-1, done + 1, (ev, ranks[kno])]
+                x += 1
+                continue
+            while i < len(lst) and lst[i] == x and x < b:
+                i += 1
+                x += 1
+            if x >= b:
+                break
+            ev, done, _ = evs[x]
+            if done >= st[1]:
+                cands.append((pn, done, kno, st[0] + 1, (ev, 0, *st[2])))
+            st = None
+            x += 1
+        return st
+
+    def finish(pn: int, kno: int, st: list | None, a: int) -> None:
+        if pn in xs:
+            st = walk(pn, kno, st, a, len(xs[pn]))
+        if st is not None and steps[pn] >= st[1]:
+            cands.append((pn, int(steps[pn]), kno, st[0] + 1, (inf_ev, int(state_rank[pn]), *st[2])))
+
+    bl = b_at.tolist()
+    b_pair = pair[b_at].tolist()
+    bP, bK, bE = P[b_at].tolist(), K[b_at].tolist(), epoch[b_at].tolist()
+    bS, bO, bEv, bR, bM = (
+        S[b_at].tolist(),
+        Of[b_at].tolist(),
+        E[b_at].tolist(),
+        R[b_at].tolist(),
+        b_max.tolist(),
+    )
+    seen_pairs: dict[int, set] = {}
+    st: list | None = None
+    cur = 0
+    for i in range(len(bl)):
+        pn, kno = bP[i], bK[i]
+        if b_pair[i]:
+            if i:
+                finish(bP[i - 1], bK[i - 1], st, cur)
+            st, cur = None, 0
+            seen_pairs.setdefault(pn, set()).add(kno)
+        if pn in xs and bE[i] > cur:
+            st = walk(pn, kno, st, cur, bE[i])
+            cur = bE[i]
+        s_, mo = bS[i], bO[i]
+        if st is None:
+            st = [mo, 0, (bEv[i], bR[i])]
+        elif mo > st[0]:
+            if s_ - 1 >= st[1]:
+                cands.append((pn, s_ - 1, kno, st[0] + 1, (bEv[i], 0, bR[i], 0)))
+            st[0], st[1] = mo, 0
+        else:
+            st[1] = 0
+        b_first[i] = st[0]
+        if bM[i] > st[0]:
+            st[0] = bM[i]
+    if bl:
+        finish(bP[-1], bK[-1], st, cur)
+    for pn, d in keep_at.items():  # keys kept by an assign that the process never read
+        for kno in d:
+            if kno not in seen_pairs.get(pn, ()):
+                finish(pn, kno, None, 0)
+    # Closes inside blocks: a step whose offset beats the run's maximum so far.
+    w = Of.copy()
+    w[b_at] = b_first
+    bid = np.cumsum(block) - 1
+    top = int(w.max(initial=0)) + 1
+    if len(b_at) * top < 2**62:
+        run_max = np.maximum.accumulate(bid * top + w) - bid * top if len(w) else w
+    else:  # by rank instead of value
+        vals, rank = np.unique(w, return_inverse=True)
+        rank = rank.reshape(-1).astype(i64)
+        run_max = vals[np.maximum.accumulate(bid * len(vals) + rank) - bid * len(vals)]
+    j = np.flatnonzero(~block)
+    j = j[Of[j] > run_max[j - 1]]
+    cP = np.concatenate((P[j], np.asarray([c[0] for c in cands], dtype=i64)))
+    cS = np.concatenate((S[j] - 1, np.asarray([c[1] for c in cands], dtype=i64)))
+    cK = np.concatenate((K[j], np.asarray([c[2] for c in cands], dtype=i64)))
+    cQ = np.concatenate((run_max[j - 1] + 1, np.asarray([c[3] for c in cands], dtype=i64)))
+    good = (cQ <= max_off[cK]) & (cS >= 1)
+    none = {"time": 0.0, "lag": 0.0, "process": None, "key": None}
+    if not good.any():
+        return none
+    cP, cS, cK, cQ = cP[good], cS[good], cK[good], cQ[good]
+    idx = np.flatnonzero(good)
+    t_poll = inv_time[poll_at[start[cP] + cS - 1]]
+    t_exp = op_time[eT[np.searchsorted(reach, fold(cK, cQ), side="left")]]
+    lag = t_poll - t_exp
+    best = int(lag.max())
+    if best <= 0:
+        return none
+    ties = np.flatnonzero(lag == best)
+
+    def close_order(c: int) -> tuple:
+        i = int(idx[c])
+        if i < len(j):
+            jj = int(j[i])
+            return (int(E[jj]), 0, int(R[jj]), 0)
+        return cands[i - len(j)][4]
+
+    c = min(ties.tolist(), key=close_order)
+    tp = int(poll_at[start[cP[c]] + cS[c] - 1])
+    return {
+        "time": int(t_poll[c]) / 1e9,
+        "lag": best / 1e9,
+        "process": txns[tp].process,
+        "key": keys[int(cK[c])],
+    }
 
 
 def _max_offsets(t: Txn) -> dict[Any, int]:

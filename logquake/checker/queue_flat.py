@@ -7,20 +7,23 @@ values interleaved, in op order, one group per op that read the key), and the fi
 reader of each value, the version order and where each op's reads land in it are
 computed as whole-array operations. What they produce is exactly what the general path
 of queue_index.py produces; that path still runs when some offset or value is not a
-64-bit integer (array('q') refuses None, strings, floats and huge ints alike).
+64-bit integer (array('q') refuses None, strings, floats and huge ints alike) or some
+offset is negative.
+
+This path leaves Txn.pos and Txn.max_read unset: the analyses that read where each read
+landed (int-poll, process order, realtime lag) take it from `ReadGroups` as arrays.
 """
 
 from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from logquake.checker.queue_index import (
-    _NOWHERE,
     INFO,
     OK,
     QueueIndex,
@@ -35,11 +38,13 @@ _I64 = np.int64
 
 
 class _NotInts(Exception):
-    """Some read or send does not fit the int64 arrays: use the general path."""
+    """Some read or send does not fit the int64 arrays, or has a negative offset (the
+    realtime lag indexes by offset, and Python lists read a negative index from the end):
+    use the general path."""
 
 
 def flat_index(ix: QueueIndex) -> bool:
-    """Fill ix.reads_ok, ix.orders, Txn.committed / pos / max_read; False if not all ints.
+    """Fill ix.reads_ok, ix.orders, Txn.committed and ix.groups; False if not all ints >= 0.
 
     ix holds the gathered txns (queue_index._gather without pairs). On False nothing in
     ix was changed that the general path does not set again.
@@ -66,9 +71,19 @@ def flat_index(ix: QueueIndex) -> bool:
     groups = _Groups(len(g_len))
     key_no = {k: i for i, k in enumerate(per_key_order)}
     _version_orders(ix, keys, per_key, sends, committed, groups, key_no)
-    groups.assign(ix)
-    ix.ragged = np.unique(g_tid_a[~groups.contiguous & (g_len_a >= 2)]).tolist()
-    ix.groups = ReadGroups(g_tid_a, groups.key, list(per_key_order), groups.last_value, groups.some)
+    ix.groups = ReadGroups(
+        tid=g_tid_a,
+        key=groups.key,
+        keys=list(per_key_order),
+        last_value=groups.last_value,
+        some=groups.some,
+        first=groups.first,
+        last=groups.last,
+        contiguous=groups.contiguous,
+        max=groups.max,
+        length=g_len_a,
+        sends=sends,
+    )
     return True
 
 
@@ -103,10 +118,11 @@ def _collect(ix: QueueIndex) -> tuple:
                     continue
                 s = sends.get(k)
                 if s is None:
-                    sends[k] = s = ([], [], [])
+                    sends[k] = s = ([], [], [], [])
                 s[0].append(o)
                 s[1].append(v)
                 s[2].append(tid)
+                s[3].append(r)
                 if ok and k not in first_at:
                     first_at[k] = (tid, r)
     reads: dict[Any, tuple[array, list]] = {}
@@ -115,13 +131,22 @@ def _collect(ix: QueueIndex) -> tuple:
             a = array("q", list(chain.from_iterable(chain.from_iterable(lists))))  # list first: faster
             if len(a) != 2 * sum(g_len[g] for g in gids):  # some pair is not [offset, value]
                 raise _NotInts
+            if len(a) and np.frombuffer(a, dtype=_I64)[0::2].min() < 0:  # see _NotInts
+                raise _NotInts
             reads[k] = (a, gids)
         flat_sends = {
-            k: (np.frombuffer(array("q", o), dtype=_I64), np.frombuffer(array("q", v), dtype=_I64), tids)
-            for k, (o, v, tids) in sends.items()
+            k: (
+                np.frombuffer(array("q", o), dtype=_I64),
+                np.frombuffer(array("q", v), dtype=_I64),
+                np.asarray(tids, dtype=_I64),
+                np.asarray(ranks, dtype=_I64),
+            )
+            for k, (o, v, tids, ranks) in sends.items()
         }
     except (TypeError, OverflowError):
         raise _NotInts from None
+    if any(s[0].min() < 0 for s in flat_sends.values()):
+        raise _NotInts
     return reads, flat_sends, first_at, g_tid, g_len
 
 
@@ -213,20 +238,30 @@ def _version_orders(
 
 @dataclass(frozen=True, slots=True)
 class ReadGroups:
-    """Each op's read of each key (a group), numbered in op order then in the op's key order."""
+    """Each op's read of each key (a group), numbered in op order then in the op's key order.
+
+    Where each group landed in its key's version order (what Txn.pos says on the general
+    path) is in `first`, `last` and `contiguous`; `max` is its highest offset.
+    """
 
     tid: np.ndarray  # the op's id
     key: np.ndarray  # the key's number in `keys`
     keys: list
     last_value: np.ndarray  # the value of its last pair (when `some`)
     some: np.ndarray  # holds at least one pair
+    first: np.ndarray  # dense index of its first pair (when `some`)
+    last: np.ndarray  # dense index of its last pair (when `some`)
+    contiguous: np.ndarray  # its pairs are consecutive entries of the log, in order
+    max: np.ndarray  # its highest offset (when `some`; -1 otherwise)
+    length: np.ndarray  # its number of pairs
+    # key -> (offsets, values, op ids, rank in the op's reads-then-sends) of the sends of
+    # ok and info ops that carry an offset, in op order
+    sends: dict
 
 
 class _Groups:
-    """Where each group (one op's reads of one key) landed: Txn.pos and Txn.max_read.
-
-    See queue_index._positions; here per key as array operations, then op by op.
-    """
+    """Where each group (one op's reads of one key) landed (see queue_index._positions),
+    per key as array operations."""
 
     def __init__(self, n: int) -> None:
         self.first = np.zeros(n, dtype=_I64)  # dense index of the first pair
@@ -266,25 +301,3 @@ class _Groups:
         self.contiguous[gs] = bad[ends] == bad[starts]
         self.max[gs] = np.maximum.reduceat(offs, starts)
         self.last_value[gs] = vals[ends]
-
-    def assign(self, ix: QueueIndex) -> None:
-        # A contiguous read's last offset is its highest; otherwise only a known (>= 0) one counts.
-        has = self.some & (self.contiguous | (self.max >= 0))
-        every = bool(has.all())
-        # Dense indices through a table of shared int objects: one per index, not per read.
-        ints = np.arange(int(max(self.first.max(initial=0), self.last.max(initial=0))) + 1).astype(object)
-        pos_of = list(
-            zip(ints[self.first].tolist(), ints[self.last].tolist(), self.contiguous.tolist(), strict=True)
-        )
-        for g in np.flatnonzero(~self.some).tolist():
-            pos_of[g] = _NOWHERE
-        max_of, has_l = self.max.tolist(), has.tolist()
-        g = 0
-        for t in ix.txns:
-            if not t.reads:
-                continue
-            end = g + len(t.reads)
-            t.pos = pos_of[g:end]  # tuples made in C, shared
-            mx = zip(t.reads, max_of[g:end], strict=True)
-            t.max_read = dict(mx) if every else dict(compress(mx, has_l[g:end]))
-            g = end

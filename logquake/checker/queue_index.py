@@ -20,6 +20,8 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
 from logquake.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op
 
 QUEUE_FS = frozenset({"send", "poll", "txn"})
@@ -169,16 +171,49 @@ class QueueIndex:
     failed_writes: dict[Any, set] = field(default_factory=dict)
     orders: dict[Any, KeyOrder] = field(default_factory=dict)
     client_ops: int = 0
+    # The assign/subscribe ops of `events` (ok or info), each as (number of Txns before it, op).
+    subs: list[tuple[int, Op]] = field(default_factory=list)
     # Only from the numpy path (queue_flat.ReadGroups): each op's read of each key as
-    # arrays, for analyses that can then work on arrays; None from the general path.
+    # arrays, which the analyses of read order use instead of Txn.pos / Txn.max_read (left
+    # unset on that path); None from the general path.
     groups: Any = None
-    # Ids of the ops with a read of a key that is not one contiguous run of its log (two
-    # pairs or more); None: not known, look at every op.
-    ragged: list[int] | None = None
+    columns: Any = None  # TxnColumns once txn_columns made them; before, _gather's lists
 
     def writer(self, k: Any, v: Any) -> Txn | None:
         w = self.writer_of.get(k)
         return None if w is None else w.get(v)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnColumns:
+    """Fields of every Txn as numpy arrays indexed by op id, for analyses on arrays."""
+
+    ok: np.ndarray
+    fail: np.ndarray
+    step: np.ndarray  # ok and not f send: a poll or txn, a step of its process's consumer
+    time: np.ndarray  # of the completion (ns)
+    inv_time: np.ndarray
+    process: np.ndarray  # dense numbers (0, 1, ...), in order of first appearance
+    process_no: dict  # process -> its number
+
+
+def txn_columns(ix: QueueIndex) -> TxnColumns:
+    """ix's TxnColumns, made once (from the lists _gather kept) and kept on ix."""
+    if not isinstance(ix.columns, TxnColumns):
+        kinds, times, invs, procs, proc_no = ix.columns
+        n = len(kinds)
+        kind = np.fromiter(kinds, dtype=np.int8, count=n)
+        ok = kind >> 1 == 0
+        ix.columns = TxnColumns(
+            ok=ok,
+            fail=kind >> 1 == 1,
+            step=kind == 0,
+            time=np.fromiter(times, dtype=np.int64, count=n),
+            inv_time=np.fromiter(invs, dtype=np.int64, count=n),
+            process=np.fromiter(procs, dtype=np.int64, count=n),
+            process_no=proc_no,
+        )
+    return ix.columns
 
 
 def build_index(ops: list[Op]) -> QueueIndex:
@@ -214,6 +249,12 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, fir
     txns, events, writer_of, failed = ix.txns, ix.events, ix.writer_of, ix.failed_writes
     gather = (pairs_of, first_at) if pairs_of is not None else None
     client = 0
+    # Columns for txn_columns, while each op is at hand (read back later, they are cold memory).
+    c_kind: list[int] = []  # _KIND[type] + 1 if f is send
+    c_time: list[int] = []
+    c_inv: list[int] = []
+    c_proc: list[int] = []  # numbered in order of appearance
+    proc_no: dict[Any, int] = {}
     for op in ops:
         p = op.process
         if p == NEMESIS:
@@ -231,10 +272,18 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, fir
             t = Txn(len(txns), op, inv, sends, reads)
             txns.append(t)
             events.append(t)
+            c_kind.append(_KIND[typ] + (f == "send"))
+            c_time.append(op.time)
+            c_inv.append(t.inv_time)
+            pn = proc_no.get(p)
+            if pn is None:
+                pn = proc_no[p] = len(proc_no)
+            c_proc.append(pn)
             if sends:
                 _add_sends(t, writer_of, failed, pairs_of, first_at)
         elif f in SUB_FS and (typ == OK or typ == INFO):
             events.append(op)
+            ix.subs.append((len(txns), op))
     ix.client_ops = client
     # An op that never completed is indeterminate: Jepsen reads it as info.
     for inv in in_flight.values():
@@ -252,7 +301,15 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, fir
             t = Txn(len(txns), comp, inv, sends, reads)
             txns.append(t)
             events.append(t)
+            c_kind.append(_KIND[INFO] + (inv.f == "send"))
+            c_time.append(inv.time)
+            c_inv.append(inv.time)
+            c_proc.append(proc_no.setdefault(inv.process, len(proc_no)))
             _add_sends(t, writer_of, failed, pairs_of, first_at)
+    ix.columns = (c_kind, c_time, c_inv, c_proc, proc_no)
+
+
+_KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
 
 
 def _add_sends(t: Txn, writer_of: dict, failed: dict, pairs_of: dict | None, first_at: dict | None) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from logquake.checker.options import CheckOptions
-from logquake.checker.queue_index import INF, QueueIndex, Txn
+from logquake.checker.queue_index import INF, QueueIndex, Txn, txn_columns
 from logquake.checker.result import op_ref
 from logquake.history import FAIL
 
@@ -49,8 +49,7 @@ SPECS = (
     ("G1c-realtime", WW | WR | PROCESS | REALTIME, WR | REALTIME),
 )
 _second = itemgetter(1)
-_id, _inv, _comp = attrgetter("id"), attrgetter("inv_index"), attrgetter("comp_index")
-_type, _process = attrgetter("type"), attrgetter("process")
+_id = attrgetter("id")
 MAX_STARTS = 8  # BFS roots tried per component and type: bounds work in a huge component
 
 
@@ -131,30 +130,23 @@ def _compact_graph(ix: QueueIndex, opts: CheckOptions) -> Adjacency:
     """
     txns = ix.txns
     n = len(txns)
-    inv = np.fromiter(map(_inv, txns), dtype=np.float64, count=n)
-    comp = np.fromiter(map(_comp, txns), dtype=np.float64, count=n)
-    fail = np.fromiter(map(FAIL.__eq__, map(_type, txns)), dtype=bool, count=n)
+    cols = txn_columns(ix)
+    inv, comp, fail = cols.inv_index, cols.comp_index, cols.fail
     srcs: list = []
     dsts: list = []
     cache: dict = {}  # writers dict id -> its values and ops as sorted arrays
     if opts.ww_deps:
         _ww_edges(ix, inv, comp, fail, srcs, dsts, cache)
-    nodes = [t for t in txns if t.type != FAIL]
     if opts.ww_deps and ix.groups is not None:
         _last_read_edges(ix, inv, comp, fail, srcs, dsts, cache)
     else:
-        ws, rs = _wr_edges(ix, nodes, opts.ww_deps)
+        ws, rs = _wr_edges(ix, [t for t in txns if t.type != FAIL], opts.ww_deps)
         srcs.append(np.asarray(ws, dtype=np.int64))
         dsts.append(np.asarray(rs, dtype=np.int64))
     ids = np.flatnonzero(~fail)
-    # process: each op to the next op of its process
-    try:
-        code = np.fromiter(map(_process, nodes), dtype=np.int64, count=len(nodes))
-    except (TypeError, OverflowError):  # a process that is not an int64: number them
-        procs: dict = {}
-        code = np.fromiter(
-            (procs.setdefault(t.process, len(procs)) for t in nodes), dtype=np.int64, count=len(nodes)
-        )
+    # process: each op to the next op of its process (one such edge per op, so how the
+    # processes are numbered does not change any op's list of successors)
+    code = cols.process[ids]
     by_proc = np.argsort(code, kind="stable")
     same = code[by_proc[1:]] == code[by_proc[:-1]]
     srcs.append(ids[by_proc[:-1]][same])
@@ -290,6 +282,13 @@ def _wr_edges(ix: QueueIndex, nodes: list[Txn], ww_deps: bool) -> tuple[list[int
 def strongly_connected(adj: list[list[int]], n_real: int, deadline: float) -> list[list[int]]:
     """Components (iterative Tarjan) holding two or more real nodes (ids < n_real)."""
     n = len(adj)
+    # Successor lists as slices of one flat list, taken inline (no call per node).
+    if isinstance(adj, Adjacency):
+        dst, bounds = adj.dst, adj.bounds
+    else:
+        dst, bounds = [w for a in adj for w in a], [0]
+        for a in adj:
+            bounds.append(bounds[-1] + len(a))
     index = [0] * n
     low = [0] * n
     on_stack = [False] * n
@@ -305,7 +304,7 @@ def strongly_connected(adj: list[list[int]], n_real: int, deadline: float) -> li
         counter += 1
         stack.append(root)
         on_stack[root] = True
-        work = [(root, iter(adj[root]))]
+        work = [(root, iter(dst[bounds[root] : bounds[root + 1]]))]
         while work:
             v, it = work[-1]
             for w in it:
@@ -314,7 +313,7 @@ def strongly_connected(adj: list[list[int]], n_real: int, deadline: float) -> li
                     counter += 1
                     stack.append(w)
                     on_stack[w] = True
-                    work.append((w, iter(adj[w])))
+                    work.append((w, iter(dst[bounds[w] : bounds[w + 1]])))
                     break
                 if on_stack[w] and index[w] < low[v]:
                     low[v] = index[w]

@@ -193,6 +193,8 @@ class TxnColumns:
     step: np.ndarray  # ok and not f send: a poll or txn, a step of its process's consumer
     time: np.ndarray  # of the completion (ns)
     inv_time: np.ndarray
+    inv_index: np.ndarray  # Txn.inv_index, as floats
+    comp_index: np.ndarray  # Txn.comp_index (inf for info ops), as floats
     process: np.ndarray  # dense numbers (0, 1, ...), in order of first appearance
     process_no: dict  # process -> its number
 
@@ -200,7 +202,7 @@ class TxnColumns:
 def txn_columns(ix: QueueIndex) -> TxnColumns:
     """ix's TxnColumns, made once (from the lists _gather kept) and kept on ix."""
     if not isinstance(ix.columns, TxnColumns):
-        kinds, times, invs, procs, proc_no = ix.columns
+        kinds, times, invs, index, inv_index, procs, proc_no = ix.columns
         n = len(kinds)
         kind = np.fromiter(kinds, dtype=np.int8, count=n)
         ok = kind >> 1 == 0
@@ -210,6 +212,8 @@ def txn_columns(ix: QueueIndex) -> TxnColumns:
             step=kind == 0,
             time=np.fromiter(times, dtype=np.int64, count=n),
             inv_time=np.fromiter(invs, dtype=np.int64, count=n),
+            inv_index=np.fromiter(inv_index, dtype=np.float64, count=n),
+            comp_index=np.where(kind >> 1 == 2, INF, np.fromiter(index, dtype=np.float64, count=n)),
             process=np.fromiter(procs, dtype=np.int64, count=n),
             process_no=proc_no,
         )
@@ -253,6 +257,8 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, fir
     c_kind: list[int] = []  # _KIND[type] + 1 if f is send
     c_time: list[int] = []
     c_inv: list[int] = []
+    c_index: list[int] = []  # of the completion
+    c_inv_index: list[int] = []
     c_proc: list[int] = []  # numbered in order of appearance
     proc_no: dict[Any, int] = {}
     for op in ops:
@@ -275,6 +281,8 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, fir
             c_kind.append(_KIND[typ] + (f == "send"))
             c_time.append(op.time)
             c_inv.append(t.inv_time)
+            c_index.append(op.index)
+            c_inv_index.append(t.inv_index)
             pn = proc_no.get(p)
             if pn is None:
                 pn = proc_no[p] = len(proc_no)
@@ -304,9 +312,11 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, fir
             c_kind.append(_KIND[INFO] + (inv.f == "send"))
             c_time.append(inv.time)
             c_inv.append(inv.time)
+            c_index.append(inv.index)
+            c_inv_index.append(inv.index)
             c_proc.append(proc_no.setdefault(inv.process, len(proc_no)))
             _add_sends(t, writer_of, failed, pairs_of, first_at)
-    ix.columns = (c_kind, c_time, c_inv, c_proc, proc_no)
+    ix.columns = (c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, proc_no)
 
 
 _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these

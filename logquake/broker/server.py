@@ -3,11 +3,11 @@
 A request is dispatched as soon as it is decoded: the handler's synchronous part runs in
 arrival order (so a connection's produce requests are proposed in order), and it may return
 an awaitable for the rest (waiting for commit, a long-poll fetch). Responses are written in
-request order by the connection's writer, whatever order the awaitables finish in.
+request order, whatever order the awaitables finish in.
 
 Backpressure: at most `max_in_flight` requests of one connection are outstanding; beyond
-that the connection is not read until the oldest is answered, and the writer waits for
-the socket to drain. Every request that is not served is logged with its peer and reason.
+that the connection is not read until the oldest is answered, and nothing more is
+written while the socket's buffer is above its high-water mark. Every request that is not served is logged with its peer and reason.
 """
 
 from __future__ import annotations
@@ -60,14 +60,18 @@ class KafkaServer:
             self._server.close()
         for c in list(self._conns):
             c.abort()
-        await asyncio.gather(*(c.writer_task for c in self._conns if c.writer_task), return_exceptions=True)
 
 
 class _Connection(asyncio.Protocol):
     """One client connection: decode on arrival, dispatch in order, answer in order.
 
     A Protocol rather than streams: received bytes go straight to the decoder (StreamReader
-    would copy them twice more), and reading pauses while `max_in_flight` answers are owed."""
+    would copy them twice more), and reading pauses while `max_in_flight` answers are owed.
+
+    No writer task: whenever the oldest owed answer may be ready (a request decoded, an
+    awaited handler finished, the socket drained), `_pump` writes every answer that is ready
+    from the oldest on, in one write. A task per connection cost a wake-up and a loop turn
+    per answer, and answers that became ready together went out in one syscall each."""
 
     def __init__(self, server: KafkaServer) -> None:
         self.s = server
@@ -75,12 +79,11 @@ class _Connection(asyncio.Protocol):
         self.pending: deque[tuple[Request | BadRequest, Any]] = deque()  # in request order
         self.peer = "?"
         self.transport: asyncio.Transport | None = None
-        self.writer_task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-        self._can_write = asyncio.Event()
-        self._can_write.set()
         self._closing = False  # answer what is pending, then close
+        self._closed = False  # closed or lost: nothing more is written
         self._reading_paused = False
+        self._writing_paused = False
+        self._waiting_on: asyncio.Future[Any] | None = None  # the oldest answer's, when awaited
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
 
@@ -89,7 +92,6 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.s._conns.add(self)
-        self.writer_task = asyncio.get_running_loop().create_task(self._write_loop())
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -111,8 +113,8 @@ class _Connection(asyncio.Protocol):
                     return
                 continue
             self.pending.append((req, self._dispatch(req)))
-        self._wake.set()
-        if len(self.pending) >= self.s._max_in_flight and not self._reading_paused:
+        self._pump()
+        if len(self.pending) >= self.s._max_in_flight and not self._reading_paused and not self._closed:
             self._reading_paused = True
             self.transport.pause_reading()  # type: ignore[union-attr]
 
@@ -122,16 +124,15 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.s._conns.discard(self)
-        self._closing = True
-        self._can_write.set()
-        if self.writer_task is not None:
-            self.writer_task.cancel()
+        self._closing = self._closed = True
+        self.pending.clear()
 
     def pause_writing(self) -> None:
-        self._can_write.clear()
+        self._writing_paused = True
 
     def resume_writing(self) -> None:
-        self._can_write.set()
+        self._writing_paused = False
+        self._pump()
 
     # ---- ours --------------------------------------------------------------------------------
 
@@ -141,7 +142,7 @@ class _Connection(asyncio.Protocol):
 
     def _close_after_pending(self) -> None:
         self._closing = True
-        self._wake.set()
+        self._pump()
 
     def _dispatch(self, req: Request) -> Any:
         try:
@@ -153,41 +154,60 @@ class _Connection(asyncio.Protocol):
             return asyncio.ensure_future(out)
         return out
 
-    async def _write_loop(self) -> None:
+    def _on_done(self, fut: asyncio.Future[Any]) -> None:
+        if fut is self._waiting_on:
+            self._waiting_on = None
+            self._pump()
+
+    def _pump(self) -> None:
+        """Write the answers that are ready, oldest first, up to the first one still awaited."""
+        if self._closed or self._waiting_on is not None:
+            return
         t = self.transport
         assert t is not None
-        while True:
-            while not self.pending:
-                if self._closing:
-                    t.close()
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-            req, out = self.pending.popleft()
-            if self._reading_paused and len(self.pending) < self.s._max_in_flight // 2 and not self._closing:
-                self._reading_paused = False
-                t.resume_reading()
-            frame = await self._answer(req, out)
+        frames: list[bytes] = []
+        close = False
+        pending = self.pending
+        while pending and not self._writing_paused:
+            req, out = pending[0]
+            if isinstance(out, asyncio.Future) and not out.done():
+                self._waiting_on = out
+                out.add_done_callback(self._on_done)
+                break
+            pending.popleft()
+            frame = self._answer(req, out)
             if frame is None:
-                t.close()
-                return
+                close = True
+                break
             if frame:
-                t.write(frame)
-                if not self._can_write.is_set():
-                    await self._can_write.wait()
+                frames.append(frame)
+                if len(frames) >= 64:  # bound what one write joins
+                    t.write(b"".join(frames))
+                    frames.clear()
+        if frames:
+            t.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        if close or (self._closing and not pending):
+            self._closed = True
+            pending.clear()
+            t.close()
+            return
+        if self._reading_paused and len(pending) < self.s._max_in_flight // 2 and not self._closing:
+            self._reading_paused = False
+            t.resume_reading()
 
-    async def _answer(self, req: Request | BadRequest, out: Any) -> bytes | None:
+    def _answer(self, req: Request | BadRequest, out: Any) -> bytes | None:
         """The framed answer to one request; b"" for none owed (acks=0); None to close."""
         if isinstance(req, BadRequest):
             return out
         if isinstance(out, asyncio.Future):
-            try:
-                out = await out
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001
-                log.exception("handler failed on api %d v%d from %s", req.api_key, req.api_version, self.peer)
+            if out.cancelled():
                 return None
+            exc = out.exception()
+            if exc is not None:
+                log.error("handler failed on api %d v%d from %s", req.api_key, req.api_version, self.peer,
+                          exc_info=exc)
+                return None
+            out = out.result()
         if out is NO_RESPONSE:
             return b""
         if out is None:  # handler failure: the client cannot be answered sensibly

@@ -91,23 +91,19 @@ class KafkaApi:
 
     def metadata(self, req: Request) -> Any:
         b, v = req.body, req.api_version
-        cls = codec.API_RANGES[ApiKey.METADATA][3][v]
         st = self.node.meta.state
         if b.topics is None or (v == 0 and not b.topics):
             names = sorted(st.topics)
         else:
             names = [t.name for t in b.topics]
         auto = self.node.cfg.auto_create_topics and (v < 4 or b.allow_auto_topic_creation)
-        topics = [self._topic_metadata(cls, name, auto) for name in names]
-        brokers = [cls.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.kafka_port, rack=None)
-                   for n in self.node.cfg.nodes]
+        topics = [self._topic_metadata(name, auto) for name in names]
+        brokers = [(n.node_id, n.host, n.kafka_port, None) for n in self.node.cfg.nodes]
         meta_leader = self.node.meta.raft.leader_id
-        return cls(throttle_time_ms=0, brokers=brokers, cluster_id=CLUSTER_ID,
-                   controller_id=meta_leader if meta_leader is not None else -1,
-                   topics=topics)
+        return responses.metadata_response(v, brokers, CLUSTER_ID,
+                                           meta_leader if meta_leader is not None else -1, topics)
 
-    def _topic_metadata(self, cls: Any, name: str, auto: bool) -> Any:
-        T = cls.MetadataResponseTopic
+    def _topic_metadata(self, name: str, auto: bool) -> responses.MetadataTopic:
         info = self.node.meta.state.topics.get(name)
         if info is None:
             err = UNKNOWN_TOPIC_OR_PARTITION
@@ -116,17 +112,13 @@ class KafkaApi:
                 err = LEADER_NOT_AVAILABLE  # Kafka's answer while an auto-created topic comes up
             elif name and validate_topic_name(name) is not None:
                 err = INVALID_TOPIC_EXCEPTION
-            return T(error_code=err, name=name, is_internal=False, partitions=[],
-                     authorized_operations=None)
+            return (err, name, None, False, ())
         parts = []
         for p in info.partitions:
             leader, epoch = self.node.leader_of(p.group_id)
-            parts.append(T.MetadataResponsePartition(
-                error_code=NONE if leader >= 0 else LEADER_NOT_AVAILABLE, partition_index=p.partition,
-                leader_id=leader, leader_epoch=epoch, replica_nodes=list(p.replicas),
-                isr_nodes=list(p.replicas), offline_replicas=[]))
-        return T(error_code=NONE, name=name, topic_id=info.topic_id, is_internal=False, partitions=parts,
-                 authorized_operations=None)
+            parts.append((NONE if leader >= 0 else LEADER_NOT_AVAILABLE, p.partition, leader, epoch,
+                          p.replicas, p.replicas, ()))
+        return (NONE, name, info.topic_id, False, parts)
 
     # ---- Produce ------------------------------------------------------------------------------
 

@@ -179,3 +179,30 @@ def test_hand_written_fetch_response_is_kafka_pythons_bytes(data) -> None:
         preferred_read_replica=-1, records=rec) for i, err, hw, lso, start, ab, rec in ps]) for t, ps in topics]
     want = encode_response(ApiKey.FETCH, v, corr, cls(throttle_time_ms=0, error_code=0, session_id=0, responses=objs))
     assert encode_response(ApiKey.FETCH, v, corr, responses.fetch_response(v, topics)) == want
+
+
+_int32_lists = st.lists(_i32, max_size=4)
+_meta_parts = st.lists(st.tuples(_i16, _i32, _i32, _i32, _int32_lists, _int32_lists, _int32_lists), max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_hand_written_metadata_response_is_kafka_pythons_bytes(data) -> None:
+    lo, hi, _, resp = API_RANGES[ApiKey.METADATA]
+    v = data.draw(st.integers(lo, hi))
+    brokers = data.draw(st.lists(st.tuples(_i32, _names, _i32, st.none() | _names), max_size=4))
+    topics = data.draw(st.lists(st.tuples(
+        _i16, st.none() | _names, st.none() | st.uuids(), st.booleans(), _meta_parts), max_size=3))
+    cluster_id, controller, corr = data.draw(st.none() | _names), data.draw(_i32), data.draw(_i32)
+    cls = resp[v]
+    T = cls.MetadataResponseTopic
+    want = encode_response(ApiKey.METADATA, v, corr, cls(
+        throttle_time_ms=0, cluster_id=cluster_id, controller_id=controller,
+        brokers=[cls.MetadataResponseBroker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in brokers],
+        topics=[T(error_code=err, name=name, topic_id=tid, is_internal=internal, authorized_operations=None,
+                  partitions=[T.MetadataResponsePartition(
+                      error_code=pe, partition_index=i, leader_id=ld, leader_epoch=ep, replica_nodes=rs,
+                      isr_nodes=isr, offline_replicas=off) for pe, i, ld, ep, rs, isr, off in parts])
+                for err, name, tid, internal, parts in topics]))
+    got = responses.metadata_response(v, brokers, cluster_id, controller, topics)
+    assert encode_response(ApiKey.METADATA, v, corr, got) == want

@@ -27,10 +27,13 @@ partitions it does not replicate.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import logging
+import queue
 import random
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -100,6 +103,7 @@ class Node:
         self.stats: dict[str, int] = defaultdict(int)  # logged every 5 s when non-zero
         self._meta_fast_start = True
         self._tasks: list[asyncio.Task[None]] = []
+        self._writer: _WriterThread | None = None  # the ready loop's writes and fsyncs
         self.extra_handlers: dict[int, Any] = {}
         me = cfg.me
         self.transport = PeerTransport(
@@ -143,6 +147,8 @@ class Node:
         await asyncio.gather(*others, return_exceptions=True)
         await self.server.close()
         await self.transport.close()
+        if self._writer is not None:
+            self._writer.close()
         for g in self.groups.values():
             g.store.close()
         log.info("node %d stopped", self.id)
@@ -271,13 +277,20 @@ class Node:
         entries that became committed are applied (acks=all answers, fetch wake-ups) and
         heartbeats and heartbeat answers go out, so a long fsync neither delays a write that
         two other replicas made durable nor looks like a dead node."""
-        while True:
+        loop = asyncio.get_running_loop()
+        while not persist.done():
             # On a short timer, not on every kick: under load a kick comes with every
             # request and peer frame, and serving each one halved the throughput.
-            done, _ = await asyncio.wait((persist,), timeout=SERVE_DURING_WRITE_S)
-            if done:
-                break
-            if self._dirty.is_set():
+            # (A future and a timer rather than asyncio.wait, which costs several times more.)
+            wake: asyncio.Future[None] = loop.create_future()
+            timer = loop.call_later(SERVE_DURING_WRITE_S, _wake, wake)
+            persist.add_done_callback(wake_on_done := functools.partial(_wake_on, wake))
+            try:
+                await wake
+            finally:
+                timer.cancel()
+                persist.remove_done_callback(wake_on_done)
+            if not persist.done() and self._dirty.is_set():
                 self._serve_during_persist()
         persist.result()
 
@@ -313,6 +326,7 @@ class Node:
             if m.entries:
                 self.stats["append_msgs"] += 1
                 self.stats["append_bytes"] += sum(len(e.data) for e in m.entries)
+        self.stats["raft_msgs"] += len(msgs)
         for peer, ms in by_peer.items():
             self.transport.send(peer, CH_RAFT, encode_message_parts(ms))
 
@@ -341,7 +355,11 @@ class Node:
             _write_and_sync(writes, to_sync)
             return None
         t0 = time.monotonic()
-        fut = asyncio.get_running_loop().run_in_executor(None, _write_and_sync, writes, to_sync)
+        self.stats["persist_turns"] += 1
+        self.stats["fsyncs"] += len(to_sync)
+        if self._writer is None:
+            self._writer = _WriterThread(asyncio.get_running_loop(), f"lq-writer-{self.id}")
+        fut = self._writer.submit(writes, to_sync)
         fut.add_done_callback(lambda _: self._persist_stats(t0))
         return fut
 
@@ -386,6 +404,9 @@ class Node:
             await asyncio.sleep(1.0)
             self._gossip_leaders(list(self.partitions.values()))
             n += 1
+            if n % 5 == 0 and self.transport.frames_sent:
+                self.stats["peer_frames"] += self.transport.frames_sent
+                self.transport.frames_sent = 0
             if n % 5 == 0 and any(self.stats.values()):
                 log.info("stats: %s", dict(self.stats))
                 self.stats.clear()
@@ -479,6 +500,61 @@ def _small_and_unsynced(writes: list[tuple[Any, tuple[Any, ...], Any]]) -> bool:
         if size > INLINE_WRITE_BYTES:
             return False
     return True
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _wake_on(fut: asyncio.Future[None], _: Any) -> None:
+    _wake(fut)
+
+
+class _WriterThread:
+    """One thread that runs the ready loop's `_write_and_sync` calls, one at a time, each
+    answered through an asyncio future.
+
+    Instead of the loop's default executor: run_in_executor's submit, work item, semaphore
+    and concurrent future chained to an asyncio one cost more than the rest of a write
+    turn's hand-off; here it is a SimpleQueue put and one call_soon_threadsafe back."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
+        self._loop = loop
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, writes: list[tuple[Any, tuple[Any, ...], Any]], to_sync: set[Any]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._q.put((fut, writes, to_sync))
+        return fut
+
+    def close(self) -> None:
+        """Stop after the queued writes (the ready loop has none left when the node stops)."""
+        self._q.put(None)
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while (item := self._q.get()) is not None:
+            fut, writes, to_sync = item
+            try:
+                _write_and_sync(writes, to_sync)
+            except BaseException as e:  # noqa: BLE001 - handed to the ready loop, which raises it
+                self._call(_fail, fut, e)
+            else:
+                self._call(_wake, fut)
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody waits for this write any more
+            pass
+
+
+def _fail(fut: asyncio.Future[None], e: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(e)
 
 
 def _write_and_sync(writes: list[tuple[Any, tuple[Any, ...], Any]], to_sync: set[Any]) -> None:

@@ -319,10 +319,22 @@ class SegmentLog:
         self._firsts.append(first)
         self._dir_dirty = True
 
-    def sync(self) -> None:
-        """Make appended entries durable (a no-op under "never", and when nothing is pending)."""
+    def sync(self, *, exclusive: bool = False) -> None:
+        """Make appended entries durable (a no-op under "never", and when nothing is pending).
+
+        `exclusive`: the caller's thread is the only one that appends to, truncates or closes
+        this log (the node's writer thread), so the descriptor is synced as it is. Otherwise
+        a duplicate is synced, which another thread's roll or close cannot invalidate: two
+        more system calls, each a hand-over of the GIL from a thread that runs beside the
+        event loop."""
         self._check_loaded()
         if self.fsync == "never":
+            return
+        if exclusive:
+            if self._dirty and self._fd is not None:
+                self._dirty = False
+                os.fdatasync(self._fd)
+            self._sync_dir()
             return
         with self._mu:
             fd = os.dup(self._fd) if self._dirty and self._fd is not None else None

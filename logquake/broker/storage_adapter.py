@@ -35,7 +35,9 @@ class GroupStore:
         return self._log.hard_state_needs_sync(hs)
 
     def sync(self) -> None:
-        self._log.sync()
+        # The node's writer thread (or the ready loop inline) is the only one writing a group's
+        # log, and it closes no store while a write runs: no duplicate descriptor needed.
+        self._log.sync(exclusive=True)
 
     def close(self) -> None:
         self._log.close()

@@ -46,6 +46,7 @@ class PeerTransport:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self.dropped: set[int] = set()  # test hook: peers whose traffic is dropped both ways
+        self.frames_sent = 0
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self._host, self._port, reuse_address=True,
@@ -93,6 +94,7 @@ class PeerTransport:
             # packet) of its own.
             parts.insert(0, struct.pack(">I", sum(len(p) for p in parts)))
             w.writelines(parts)
+            self.frames_sent += 1
 
     def connected(self) -> set[int]:
         return {p for p, w in self._writers.items() if not w.is_closing()}

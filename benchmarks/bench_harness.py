@@ -15,8 +15,16 @@ figures are the harness's own ceiling rather than the brokers'.
 Where the time goes (printed after the rounds): the harness's last history split by op kind
 (send, poll that read something, poll that read nothing, other) with each kind's median
 latency and share of the workers' time, and the CPU each op cost this process and the broker
-processes (lab and local clusters). Each broker logs its requests per API key every 5 s
-(`req_<key>` in broker.log's stats line).
+processes (lab and local clusters). Per op, from the brokers' 5 s stats lines in broker.log
+over the measured window: requests by API key, Raft messages and the peer frames carrying
+them, write turns handed to the writer thread and their fsyncs; from /proc: the brokers'
+read and write syscalls and context switches.
+
+`--rate R` paces the harness half at R ops/s instead of as fast as it goes. CPU per op
+depends on throughput (more ops per Raft write turn and per frame when busier), so an A/B
+of two versions on a shared machine compares best at a rate both sustain. With
+LQ_BROKER_CPROFILE=<dir> in the environment, every broker writes a cProfile of its event
+loop's thread (CPU time) there when it stops (about 3x slower while on).
 
 Measured 30 Nov 2026 (lab, 3 nodes, 20 workers, 2 cores shared with other jobs at load 5-7):
 sends take 60-85 % of the workers' time (median 20-40 ms: acks=all waits for about two Raft
@@ -36,8 +44,10 @@ the harness does; see benchmarks/README.md. Usage:
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import os
+import re
 import statistics
 import tempfile
 import threading
@@ -106,8 +116,10 @@ def _make(kind: str, cfg):
 
 
 @contextlib.contextmanager
-def _cluster(kind: str, cfg, tmp: Path, pids: list[int]):
-    """The bootstrap servers; `pids` gets the broker processes' pids when they are ours."""
+def _cluster(kind: str, cfg, tmp: Path, pids: list[int], logs: list[Path] | None = None):
+    """The bootstrap servers; `pids` gets the broker processes' pids when they are ours and
+    `logs` their broker.log files when this process can read them."""
+    logs = [] if logs is None else logs
     if kind == "memory":
         yield "memory"
         return
@@ -117,6 +129,7 @@ def _cluster(kind: str, cfg, tmp: Path, pids: list[int]):
         with LocalCluster(n=cfg.nodes, base_dir=tmp / "local") as c:
             c.wait_ready()
             pids.extend(p.pid for p in c.procs.values())
+            logs.extend(p for p in (tmp / "local").rglob("*.log"))
             yield c.bootstrap_servers
         return
     from logquake.runner import open_cluster
@@ -125,6 +138,7 @@ def _cluster(kind: str, cfg, tmp: Path, pids: list[int]):
         c.wait_ready(120.0)
         # The lab's brokers share our pid namespace: their CPU is readable in /proc.
         pids.extend(p for n in c.nodes if (p := c.lifecycle.pid(n)) and Path(f"/proc/{p}").exists())
+        logs.extend(q for n in c.nodes if (q := Path(c.lifecycle.logs(n)[0])).exists())
         yield c.bootstrap_servers
 
 
@@ -132,6 +146,43 @@ def _cpu(pid: int) -> float:
     """CPU seconds (user + system) a process has used so far, threads included."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_STATS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ n\d+ INFO [\w.]+: stats: (\{.*\})$")
+
+
+def _broker_stats(logs: list[Path], t0: float, t1: float) -> tuple[dict[str, float], int]:
+    """Per second, summed over the brokers: the counters of their 5 s stats lines logged
+    between wall-clock times t0 and t1 (each line counts the 5 s before it), and how many
+    lines that was."""
+    sums: dict[str, float] = {}
+    n_lines = 0
+    for path in logs:
+        with contextlib.suppress(OSError):
+            for line in path.read_text(errors="replace").splitlines():
+                if (m := _STATS.match(line)) is None:
+                    continue
+                t = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+                if t0 + 5 <= t <= t1:
+                    n_lines += 1
+                    for k, v in ast.literal_eval(m.group(2)).items():
+                        if not k.endswith("_max_ms"):
+                            sums[k] = sums.get(k, 0) + v
+    # Each node logs once per 5 s: lines / nodes windows of 5 s each.
+    span = 5.0 * n_lines / max(1, len(logs))
+    return {k: v / span for k, v in sums.items()} if span else {}, n_lines
+
+
+def _sys_counts(pid: int) -> tuple[int, int, int]:
+    """(read syscalls, write syscalls, context switches of all threads) of a process so far."""
+    io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for line in (task / "status").read_text().splitlines():
+                if line.endswith("ctxt_switches:") or "ctxt_switches:" in line:
+                    switches += int(line.split()[1])
+    return int(io["syscr"]), int(io["syscw"]), switches
 
 
 def _kind(op) -> str:
@@ -185,25 +236,32 @@ def _raw(cfg, bootstrap: str, seconds: float, make) -> int:
 
 
 def _harness(cfg, bootstrap: str, seconds: float, tmp: Path, make,
-             pids: list[int]) -> tuple[int, Path, list[float]]:
-    """Ops completed in `seconds`, the history, and CPU seconds used meanwhile (us, brokers)."""
+             pids: list[int], rate: float = 1e6) -> tuple[int, Path, list[float], tuple[float, float, list[int]]]:
+    """Ops completed in `seconds`, the history, CPU seconds used meanwhile (us, brokers), and
+    the measured window's wall-clock start and end with the brokers' read and write syscalls
+    and context switches in it."""
     stats = Stats()
     path = tmp / f"history-{time.monotonic_ns()}.jsonl"
     rec = Recorder(HistoryWriter(path), stats)
     crew = Crew(cfg, make_generator(cfg), rec, bootstrap, make)
     over = threading.Event()
-    crew.start(MAIN, over, Pacer(1e6))
+    crew.start(MAIN, over, Pacer(rate))
     time.sleep(2.0)
     start = stats.ok + stats.info + stats.fail
     cpu0 = [_cpu(p) for p in (os.getpid(), *pids)]
+    sys0 = [_sys_counts(p) for p in pids]
+    t0 = time.time()
     time.sleep(seconds)
+    t1 = time.time()
+    sys1 = [_sys_counts(p) for p in pids]
     n = stats.ok + stats.info + stats.fail - start
     cpu = [_cpu(p) - c for p, c in zip((os.getpid(), *pids), cpu0, strict=True)]
     over.set()
     crew.join(40)
     crew.close()
     rec.close()
-    return n, path, cpu
+    sysc = [sum(b[i] - a[i] for a, b in zip(sys0, sys1, strict=True)) for i in range(3)]
+    return n, path, cpu, (t0, t1, sysc)
 
 
 def _print_breakdown(path: Path, n_ops: int, cpu: list[float], workers: int, seconds: float) -> None:
@@ -228,22 +286,42 @@ def main() -> None:
     ap.add_argument("--client", default="confluent")
     ap.add_argument("--cluster", choices=("lab", "local", "memory"), default="lab")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=1e6,
+                    help="harness ops/s (default: unlimited); at a rate both of two versions sustain, "
+                         "their CPU per op compares the same amount of batching")
     a = ap.parse_args()
     cfg = resolve_config(None, {"concurrency": a.workers, "nodes": a.nodes, "client": a.client, "seed": 1,
                                 "replication_factor": min(3, a.nodes)})
-    print(f"cluster={a.cluster} nodes={a.nodes} client={a.client} workers={a.workers} seconds={a.seconds}")
+    print(f"cluster={a.cluster} nodes={a.nodes} client={a.client} workers={a.workers} seconds={a.seconds}"
+          + (f" rate={a.rate:g}" if a.rate < 1e6 else ""))
     print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
-    raws, hs, pids = [], [], []
-    with tempfile.TemporaryDirectory() as d, _cluster(a.cluster, cfg, Path(d), pids) as bootstrap:
+    raws, hs, pids, logs = [], [], [], []
+    with tempfile.TemporaryDirectory() as d, _cluster(a.cluster, cfg, Path(d), pids, logs) as bootstrap:
         for r in range(a.rounds):
             raw = _raw(cfg, bootstrap, a.seconds, _make(a.cluster, cfg)) / a.seconds
-            harness, path, cpu = _harness(cfg, bootstrap, a.seconds, Path(d), _make(a.cluster, cfg), pids)
+            harness, path, cpu, window = _harness(cfg, bootstrap, a.seconds, Path(d), _make(a.cluster, cfg), pids,
+                                                  a.rate)
             h = harness / a.seconds
             print(f"round {r + 1}: raw {raw:9.1f} ops/s   harness {h:9.1f} ops/s"
                   f" ({len(load_history(path))} history lines)")
             raws.append(raw)
             hs.append(h)
         _print_breakdown(path, harness, cpu, a.workers, a.seconds)
+        time.sleep(5.5)  # the brokers' stats line that covers the window's end
+        rates, n_lines = _broker_stats(logs, window[0], window[1])
+        if rates and harness:
+            per_op = a.seconds / harness
+            reqs = sorted((k for k in rates if k.startswith("req_")), key=lambda k: -rates[k])
+            print(f"broker counters per op, all brokers ({n_lines} stats lines of {len(logs)} brokers):")
+            print("  requests by API key: " + ", ".join(f"{k[4:]}: {rates[k] * per_op:.2f}" for k in reqs)
+                  + f" (all: {sum(rates[k] for k in reqs) * per_op:.2f}, {sum(rates[k] for k in reqs):.0f}/s)")
+            print("  syscalls: {:.2f} reads, {:.2f} writes; context switches {:.2f}".format(
+                *(x / harness for x in window[2])))
+            print("  raft messages sent: {:.2f} in {:.2f} peer frames".format(
+                *(rates.get(k, 0) * per_op for k in ("raft_msgs", "peer_frames"))))
+            print("  raft appends sent: {:.2f}; write turns in a thread: {:.2f}, their fsyncs: {:.2f},"
+                  " their ms: {:.2f}".format(*(rates.get(k, 0) * per_op for k in (
+                      "append_msgs", "persist_turns", "fsyncs", "persist_total_ms"))))
     print("load average at end:   {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     # The last round is the steady state: the first one also created topics and elected leaders.
     raw_rate, h_rate = raws[-1], hs[-1]

@@ -60,8 +60,10 @@ DEFAULT_MATRIX: dict[str, Any] = {
              "drain_time": 20},
     "safe": {
         "workloads": {"queue": {}, "txn": {"txn": True}},
-        "nemeses": ["none", "partition", "partition:leader", "kill", "pause", "clock", "disk", "disk:power-loss",
-                    "packet-loss", "stale-leader"],
+        # every nemesis of the recall matrix's safe list (docs/recall-matrix.yaml), so each unsafe
+        # cell's fault also runs against the correct broker (replies-reset: dedup off's control)
+        "nemeses": ["none", "partition", "partition:leader", "partition:replies", "partition:replies-reset", "kill",
+                    "pause", "clock", "disk", "disk:power-loss", "packet-loss", "stale-leader"],
     },
     # Each unsafe mode with the fault variant that exposes it (docs/recall-matrix.yaml; measured
     # recall in docs/recall.md).

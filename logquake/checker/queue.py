@@ -397,7 +397,9 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
         _poll_order_arrays(ix, skips, nm_polls)
     else:
         _poll_order(ix, skips, nm_polls)
-    nm_sends = _send_order(ix)
+    nm_sends = _send_order_arrays(ix) if ix.groups is not None and ix.groups.bare_sends is not None else None
+    if nm_sends is None:
+        nm_sends = _send_order(ix)
     skips.sort(key=lambda e: -e["delta"])
     nm_polls.sort(key=lambda e: e["delta"])
     nm_sends.sort(key=lambda e: e["delta"])
@@ -523,6 +525,84 @@ def _dropped(subs: tuple[list[int], list[Op]] | None, a: int, b: int, k: Any) ->
     return False
 
 
+def _send_order_arrays(ix: QueueIndex) -> list:
+    """_send_order on the numpy index: every send of an ok or info op placed per key as
+    arrays (by offset when its op committed, else by value), then per (process, key) in
+    op order each op's first send to the key against the last placed send before it."""
+    g = ix.groups
+    cols = txn_columns(ix)
+    i64 = np.int64
+    parts: list[tuple] = []  # (op ids, ranks, key no, values, dense indices)
+    keys = list(g.sends.keys() | g.bare_sends.keys())
+    empty = np.zeros(0, dtype=i64)
+    for kno, k in enumerate(keys):
+        so, sv, st, sr = g.sends.get(k, (empty, empty, empty, empty))
+        bv, bt, br = g.bare_sends.get(k, (empty, empty, empty))
+        tids, ranks = np.concatenate((st, bt)), np.concatenate((sr, br))
+        vals = np.concatenate((sv, bv))
+        offs = np.concatenate((so, np.full(len(bv), -1, dtype=i64)))  # -1: none
+        ko = ix.orders.get(k)
+        dense = np.full(len(tids), -1, dtype=i64)
+        log = g.logs.get(k)
+        if ko is None:
+            pass  # never in a version order: no send of it is placed
+        elif log is None:  # an offset holds two values: ask the KeyOrder
+            com = g.committed[tids].tolist()
+            dense[:] = [
+                -1 if i is None else i
+                for i in (
+                    ko.index(o if c and o >= 0 else None, v)
+                    for o, v, c in zip(offs.tolist(), vals.tolist(), com, strict=True)
+                )
+            ]
+        elif len(log[0]):
+            uo, lv = log
+            by_off = g.committed[tids] & (offs >= 0)
+            at = np.minimum(np.searchsorted(uo, offs), len(uo) - 1)
+            found = by_off & (uo[at] == offs)
+            dense[found] = at[found]
+            # by value: the first index holding it (no offset holds two values here)
+            vo = np.argsort(lv, kind="stable")
+            sorted_v = lv[vo]
+            rest = np.flatnonzero(~found)
+            at = np.minimum(np.searchsorted(sorted_v, vals[rest]), len(sorted_v) - 1)
+            hit = sorted_v[at] == vals[rest]
+            dense[rest[hit]] = vo[at[hit]]
+        parts.append((tids, ranks, np.full(len(tids), kno, dtype=i64), vals, dense))
+    if not parts:
+        return []
+    T, R, K, V, D = (np.concatenate(x) for x in zip(*parts, strict=True))
+    n = len(ix.txns)
+    order = np.lexsort((R, T, K, cols.process[T]))  # per (process, key), in op then send order
+    T, R, K, V, D = T[order], R[order], K[order], V[order], D[order]
+    m = len(T)
+    at = np.arange(m)
+    seg = cols.process[T] * (len(keys) + 1) + K
+    seg_start = np.zeros(m, dtype=i64)
+    seg_start[1:] = np.where(seg[1:] != seg[:-1], at[1:], 0)
+    np.maximum.accumulate(seg_start, out=seg_start)
+    first = np.ones(m, dtype=bool)  # the op's first send to the key
+    first[1:] = (seg[1:] != seg[:-1]) | (T[1:] != T[:-1])
+    placed = np.maximum.accumulate(np.where(D >= 0, at, -1))
+    prev = np.full(m, -1, dtype=i64)
+    prev[1:] = placed[:-1]
+    j = np.flatnonzero(first & (D >= 0) & (prev >= seg_start))
+    j = j[D[j] - D[prev[j]] < 1]
+    j = j[np.lexsort((R[j], T[j]))]  # the order the loop meets them in
+    del n
+    out = []
+    txns = ix.txns
+    for c, pc in zip(j.tolist(), prev[j].tolist(), strict=True):
+        k = keys[int(K[c])]
+        a, b = txns[int(T[pc])], txns[int(T[c])]
+        v0, v1 = int(V[pc]), int(V[c])
+        _, e = _step(ix.orders[k], int(D[pc]), int(D[c]), v0, v1, k)
+        e["ops"] = [op_ref(a.op), op_ref(b.op)]
+        e["explanation"] = _proc_words(b.process, a, b, k, v0, v1, "nonmonotonic", "sent")
+        out.append(e)
+    return out
+
+
 def _send_order(ix: QueueIndex) -> list:
     """nonmonotonic-send: the first value an ok/info op sends to a key vs the process's last."""
     nm_sends = []
@@ -581,6 +661,8 @@ def unseen_analysis(ix: QueueIndex) -> dict[str, Any]:
     polled it, unless that poll came first; the index knows each value's first ok
     reader, so only the sends are walked here, never the reads.
     """
+    if ix.groups is not None and ix.groups.ok_sends_placed:
+        return _unseen_arrays(ix)
     first_read = ix.reads_ok
     delta: dict[int, int] = {}  # op id -> change of the unseen count there
     unseen: dict[Any, list] = {}
@@ -611,6 +693,55 @@ def unseen_analysis(ix: QueueIndex) -> dict[str, Any]:
         if delta[tid]:
             total += delta[tid]
             points.append((ix.txns[tid].op.time, total))
+    return _unseen_result(unseen, total, points)
+
+
+def _unseen_arrays(ix: QueueIndex) -> dict[str, Any]:
+    """unseen_analysis from the numpy index's per-key sends and first readers.
+
+    Per key, each value's first ok send (sends are kept in op order), looked up among the
+    values ok ops read (sorted); the count changes +1 at that send and -1 at the first
+    read, unless the read came first.
+    """
+    g = ix.groups
+    cols = txn_columns(ix)
+    n = len(ix.txns)
+    unseen: dict[Any, list] = {}
+    plus, minus = [], []
+    for k, (_, vals, tids, _) in g.sends.items():
+        m = cols.ok[tids]
+        if not m.any():
+            continue
+        v, t = vals[m], tids[m]
+        order = np.argsort(v, kind="stable")
+        v, t = v[order], t[order]
+        first = np.ones(len(v), dtype=bool)
+        first[1:] = v[1:] != v[:-1]
+        v, t = v[first], t[first]
+        r = np.full(len(v), -1, dtype=np.int64)
+        fr = g.first_reader.get(k)
+        if fr is not None and len(fr[0]):
+            at = np.minimum(np.searchsorted(fr[0], v), len(fr[0]) - 1)
+            hit = fr[0][at] == v
+            r[hit] = fr[1][at[hit]]
+        never = r < 0
+        if never.any():
+            unseen[k] = v[never].tolist()
+        counted = never | (r >= t)
+        plus.append(t[counted])
+        minus.append(r[counted & ~never])
+    delta = np.zeros(n, dtype=np.int64)
+    if plus:
+        delta = np.bincount(np.concatenate(plus), minlength=n) - np.bincount(
+            np.concatenate(minus), minlength=n
+        )
+    at = np.flatnonzero(delta)
+    totals = np.cumsum(delta[at])
+    points = list(zip(cols.time[at].tolist(), totals.tolist(), strict=True))
+    return _unseen_result(unseen, int(totals[-1]) if len(totals) else 0, points)
+
+
+def _unseen_result(unseen: dict[Any, list], total: int, points: list[tuple[int, int]]) -> dict[str, Any]:
     errs = []
     for k in sorted(unseen, key=str):
         vs = unseen[k]

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from logquake.checker.queue_index import (
-    INFO,
     OK,
     QueueIndex,
     _conflicts,
     _pairs_in_order,
     _rank,
     key_order_sorted,
+    txn_columns,
 )
 from logquake.history import FAIL
 
@@ -50,11 +50,11 @@ def flat_index(ix: QueueIndex) -> bool:
     ix was changed that the general path does not set again.
     """
     try:
-        reads, sends, first_at, g_tid, g_len = _collect(ix)
+        reads, sends, first_at, g_tid, g_len, bare, bare_sends = _collect(ix)
     except _NotInts:
         return False
-    txns = ix.txns
-    ok_t = np.fromiter((t.type == OK for t in txns), dtype=bool, count=len(txns))
+    cols = txn_columns(ix)
+    ok_t = cols.ok
     g_tid_a = np.asarray(g_tid, dtype=_I64)
     g_len_a = np.asarray(g_len, dtype=_I64)
     per_key = {}  # k -> (offsets, values, group ids, group lengths, op id of each group)
@@ -64,13 +64,13 @@ def flat_index(ix: QueueIndex) -> bool:
         per_key[k] = (flat[0::2], flat[1::2], gids_a, g_len_a[gids_a], g_tid_a[gids_a])
     del reads  # the arrays live on in per_key, which frees each key's once it is placed
     per_key_order = list(per_key)
-    _first_readers(ix, per_key, ok_t)
-    _commit_info(ix, first_at)
-    committed = np.fromiter((t.committed for t in txns), dtype=bool, count=len(txns))
+    first_reader = _first_readers(ix, per_key, ok_t)
+    committed = ok_t.copy()
+    committed[_commit_info(ix, first_at, np.flatnonzero(cols.info).tolist())] = True
     keys = sorted(first_at, key=first_at.__getitem__)
     groups = _Groups(len(g_len))
     key_no = {k: i for i, k in enumerate(per_key_order)}
-    _version_orders(ix, keys, per_key, sends, committed, groups, key_no)
+    logs = _version_orders(ix, keys, per_key, sends, committed, groups, key_no)
     ix.groups = ReadGroups(
         tid=g_tid_a,
         key=groups.key,
@@ -83,6 +83,11 @@ def flat_index(ix: QueueIndex) -> bool:
         max=groups.max,
         length=g_len_a,
         sends=sends,
+        ok_sends_placed=bare == 0,
+        first_reader=first_reader,
+        bare_sends=bare_sends,
+        committed=committed,
+        logs=logs,
     )
     return True
 
@@ -99,6 +104,8 @@ def _collect(ix: QueueIndex) -> tuple:
     first_at: dict[Any, tuple] = {}  # key -> (op id, rank) where it was first gathered
     g_tid: list[int] = []
     g_len: list[int] = []
+    bare = 0  # sends of ok ops without an offset
+    bare_sends: dict[Any, tuple[list, list, list]] = {}  # those of ok and info ops: (values, op ids, ranks)
     for t in ix.txns:
         tid = t.id
         if t.reads:
@@ -115,6 +122,13 @@ def _collect(ix: QueueIndex) -> tuple:
             ok = t.type == OK
             for r, (k, v, o) in enumerate(t.sends, len(t.reads)):
                 if o is None:
+                    bare += ok
+                    b = bare_sends.get(k)
+                    if b is None:
+                        bare_sends[k] = b = ([], [], [])
+                    b[0].append(v)
+                    b[1].append(tid)
+                    b[2].append(r)
                     continue
                 s = sends.get(k)
                 if s is None:
@@ -147,12 +161,23 @@ def _collect(ix: QueueIndex) -> tuple:
         raise _NotInts from None
     if any(s[0].min() < 0 for s in flat_sends.values()):
         raise _NotInts
-    return reads, flat_sends, first_at, g_tid, g_len
+    try:
+        flat_bare: dict | None = {
+            k: (np.frombuffer(array("q", v), dtype=_I64), np.asarray(t, dtype=_I64), np.asarray(r, dtype=_I64))
+            for k, (v, t, r) in bare_sends.items()
+        }
+    except (TypeError, OverflowError):  # a value sent that is not an int64: the loops will do
+        flat_bare = None
+    return reads, flat_sends, first_at, g_tid, g_len, bare, flat_bare
 
 
-def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> None:
-    """reads_ok: key -> value -> id of the first ok op that read it; keys in first-read order."""
+def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> dict:
+    """reads_ok: key -> value -> id of the first ok op that read it; keys in first-read order.
+
+    Returns the same as arrays: key -> (the values, sorted; the id of each one's reader).
+    """
     reads_ok: dict[Any, dict] = {}
+    arrays: dict[Any, tuple] = {}
     for k, (_, vals, _, lens, g_tids) in per_key.items():
         # Keys some ok op read (even an empty list of pairs), as queue_index does.
         if not ok_t[g_tids].any():
@@ -166,27 +191,35 @@ def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> None:
         if len(v):
             first[0] = True
             np.not_equal(v[1:], v[:-1], out=first[1:])
-        reads_ok[k] = dict(zip(v[first].tolist(), t[first].tolist(), strict=True))
+        arrays[k] = v, t = v[first], t[first]
+        reads_ok[k] = dict(zip(v.tolist(), t.tolist(), strict=True))
     txns = ix.txns
     first = {k: min(d.values(), default=len(txns)) for k, d in reads_ok.items()}
     order = sorted(reads_ok, key=lambda k: (first[k], _rank(txns, first[k], k)))
     ix.reads_ok = {k: reads_ok[k] for k in order}
+    return arrays
 
 
-def _commit_info(ix: QueueIndex, first_at: dict) -> None:
-    """Must have committed: ok, or info with a value some ok op read (Jepsen's rule)."""
-    reads_ok = ix.reads_ok
-    for t in ix.txns:
-        if t.type == INFO:
-            t.committed = any(v in reads_ok.get(k, ()) for k, v, _ in t.sends)
-            if not t.committed:
+def _commit_info(ix: QueueIndex, first_at: dict, info: list[int]) -> list[int]:
+    """Must have committed: ok, or info with a value some ok op read (Jepsen's rule).
+
+    `info` is the ids of the info ops; returns those that committed.
+    """
+    reads_ok, txns = ix.reads_ok, ix.txns
+    done = []
+    for tid in info:
+        t = txns[tid]
+        t.committed = any(v in reads_ok.get(k, ()) for k, v, _ in t.sends)
+        if not t.committed:
+            continue
+        done.append(tid)
+        for r, (k, _, o) in enumerate(t.sends, len(t.reads)):
+            if o is None:
                 continue
-            for r, (k, _, o) in enumerate(t.sends, len(t.reads)):
-                if o is None:
-                    continue
-                at = first_at.get(k)
-                if at is None or (t.id, r) < at:
-                    first_at[k] = (t.id, r)
+            at = first_at.get(k)
+            if at is None or (t.id, r) < at:
+                first_at[k] = (t.id, r)
+    return done
 
 
 def _version_orders(
@@ -197,10 +230,15 @@ def _version_orders(
     committed: np.ndarray,
     groups: _Groups,
     key_no: dict,
-) -> None:
-    """ix.orders from every read and committed send; each key's reads then placed in it."""
+) -> dict:
+    """ix.orders from every read and committed send; each key's reads then placed in it.
+
+    Returns each key's log as arrays (sorted offsets, the value at each), None for a key
+    where an offset holds two values.
+    """
     empty = np.zeros(0, dtype=_I64)
     unique: dict[Any, np.ndarray] = {}
+    logs: dict[Any, tuple | None] = {}
     mixed: list = []
     for k in keys:
         reads = per_key.pop(k, None)
@@ -223,8 +261,10 @@ def _version_orders(
         if (~new[1:] & (sv[1:] != sv[:-1])).any():  # an offset holding two values
             mixed.append(k)
             ix.orders[k] = None  # placeholder: keeps the key order
+            logs[k] = None
             continue
-        ix.orders[k] = key_order_sorted(uo.tolist(), sv[new].tolist(), {})
+        logs[k] = (uo, sv[new])
+        ix.orders[k] = key_order_sorted(uo.tolist(), logs[k][1].tolist(), {})
     if mixed:
         # As the general path does: each offset's values in the order first seen.
         ordered = _pairs_in_order(ix, mixed)
@@ -234,6 +274,7 @@ def _version_orders(
             log.update((o, vs[0]) for o, vs in conflicts.items())
             offsets = unique[k].tolist()
             ix.orders[k] = key_order_sorted(offsets, [log[o] for o in offsets], conflicts)
+    return logs
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +298,13 @@ class ReadGroups:
     # key -> (offsets, values, op ids, rank in the op's reads-then-sends) of the sends of
     # ok and info ops that carry an offset, in op order
     sends: dict
+    ok_sends_placed: bool  # every send of an ok op is in `sends` (carries an offset)
+    first_reader: dict  # key -> (values some ok op read, sorted; the first such op's id)
+    # key -> (values, op ids, ranks) of the sends of ok and info ops without an offset;
+    # None when some such value is not an int64
+    bare_sends: dict | None
+    committed: np.ndarray  # by op id: Txn.committed
+    logs: dict  # key -> its log (sorted offsets, the value at each); None: an offset holds two
 
 
 class _Groups:

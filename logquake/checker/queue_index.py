@@ -190,6 +190,7 @@ class TxnColumns:
 
     ok: np.ndarray
     fail: np.ndarray
+    info: np.ndarray
     step: np.ndarray  # ok and not f send: a poll or txn, a step of its process's consumer
     time: np.ndarray  # of the completion (ns)
     inv_time: np.ndarray
@@ -209,6 +210,7 @@ def txn_columns(ix: QueueIndex) -> TxnColumns:
         ix.columns = TxnColumns(
             ok=ok,
             fail=kind >> 1 == 1,
+            info=kind >> 1 == 2,
             step=kind == 0,
             time=np.fromiter(times, dtype=np.int64, count=n),
             inv_time=np.fromiter(invs, dtype=np.int64, count=n),

@@ -14,6 +14,11 @@ each time also as a ratio to it, so figures from a loaded machine can still be c
     .venv/bin/python benchmarks/bench_checker.py [--ops 1000000] [--g1c-txns 100000]
 
 Generated histories are cached in --cache-dir (default /tmp/logquake-bench).
+
+    .venv/bin/python benchmarks/bench_checker.py --stages
+
+prints instead where check_history's time goes on the big history: each stage timed
+alone, one after the other in one fresh process (CPU s; not a ratio, for profiling).
 """
 
 from __future__ import annotations
@@ -97,6 +102,36 @@ def measure(path: Path, ww_deps: bool) -> dict:
     }
 
 
+def stages(path: Path) -> list[tuple[str, float]]:
+    """CPU seconds of each stage of check_history on one history, in its order."""
+    import gc
+
+    from logquake.checker import queue
+    from logquake.checker.cycles import cycle_cases
+    from logquake.checker.queue_index import build_index
+
+    ops = load_history(path)
+    opts = CheckOptions(txn=True, time_budget=600)
+    gc.disable()  # as check_history does
+    out: list[tuple[str, float]] = []
+
+    def timed(name: str, fn):
+        t = time.process_time()
+        got = fn()
+        out.append((name, time.process_time() - t))
+        return got
+
+    held = [timed("build_index", lambda: build_index(ops))]  # the index's only reference
+    for name, fn in queue._CASES:
+        timed(name, lambda fn=fn: fn(held[0], opts))
+    timed("unseen", lambda: queue.unseen_analysis(held[0]))
+    timed("cycles", lambda: cycle_cases(held[0], opts))
+    timed("realtime-lag", lambda: queue.worst_realtime_lag(held[0]))
+    timed("info-causes", lambda: queue.info_causes(held[0]))
+    timed("freeing the index", held.clear)  # check_history pays this too, on return
+    return out
+
+
 def in_subprocess(path: Path, ww_deps: bool) -> dict:
     cmd = [sys.executable, __file__, "--measure", str(path)] + ([] if ww_deps else ["--no-ww-deps"])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -111,9 +146,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--no-ww-deps", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--stages", action="store_true", help="time check_history's stages on the big history")
+    ap.add_argument("--stages-of", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure, not args.no_ww_deps), default=str))
+        return
+    if args.stages_of:
+        print(json.dumps(stages(args.stages_of)))
         return
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     big = args.cache_dir / f"queue-{args.ops}-{args.seed}.jsonl"
@@ -121,6 +161,14 @@ def main() -> None:
     # Each client op is two history ops; the drain at the end adds a few more.
     generate(big, args.ops // 2, args.seed)
     generate(g1c, args.g1c_txns, args.seed, plant_g1c=True)
+    if args.stages:
+        cmd = [sys.executable, __file__, "--stages-of", str(big)]
+        rows = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        print(f"stages of check_history on {big.name} (CPU s, one process, load {os.getloadavg()[0]:.1f})")
+        for name, sec in rows:
+            print(f"  {name:<22} {sec:6.2f}")
+        print(f"  {'total':<22} {sum(s for _, s in rows):6.2f}")
+        return
     load_before = os.getloadavg()
     m = in_subprocess(big, ww_deps=True)
     c = in_subprocess(g1c, ww_deps=False)

@@ -24,8 +24,9 @@ from .test_runner_memlog import _cfg, run_test
 
 
 def _hold_the_gil() -> None:
-    # One regex match with catastrophic backtracking: seconds inside C, GIL held throughout.
-    re.match(r"(a+)+$", "a" * 26 + "b")
+    # One regex match with catastrophic backtracking: seconds inside C (4.5 s on a quiet
+    # machine, longer under load), GIL held throughout.
+    re.match(r"(a+)+$", "a" * 27 + "b")
 
 
 class _DrainReadsNothing(MemClient):
@@ -59,14 +60,16 @@ class _DrainHoldsTheGil(_DrainReadsNothing):
 @pytest.mark.timeout(120)
 def test_a_drain_past_its_bound_dumps_every_stack_even_while_the_gil_is_held(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "CALL_TIMEOUT", 2.0)
-    monkeypatch.setattr(runner, "BOUND_SLACK", -2.7)  # drain bound: 1 + 2 - 2.7 = 0.3 s
+    monkeypatch.setattr(runner, "BOUND_SLACK", -2.0)  # drain bound: 1 + 2 - 2.0 = 1 s
+    monkeypatch.setattr(runner, "DUMP_GRACE", 0.5)  # the C dump 1.5 s into the drain
     log = MemLog()
     out = run_test(_cfg(tmp_path, time_limit=1, drain_time=1, concurrency=1), make=lambda cfg: _DrainHoldsTheGil(log))
     text = (out.run_dir / "harness.log").read_text()
     assert "drain bounded at" in text
     dump = text[text.index("phase drain"):]
-    assert "Timeout (" in dump and "Thread 0x" in dump, dump[:3000]
-    # Written while the worker was still inside the call that held the GIL, naming it.
+    # The Python dump could not run (the GIL was held): faulthandler's took over from C,
+    # written while the worker was still inside the call that held the GIL, naming it.
+    assert "Timeout (0:00:01.5" in dump and "Thread 0x" in dump, dump[:3000]
     assert "in _hold_the_gil" in dump, dump[:3000]
     # And the run still ended with its verdict: the stuck drain read nothing, so unknown.
     assert out.results["drain"]["complete"] is False and out.valid == "unknown"
@@ -203,3 +206,28 @@ def test_a_call_that_returns_while_the_watchdog_takes_it_ends_its_worker(tmp_pat
     finally:
         release.set()
         crew.watchdog.close()
+
+
+class _DrainSleeps(_DrainReadsNothing):
+    """Its first drain poll sleeps past the drain's bound, the GIL free meanwhile."""
+
+    def invoke(self, op):
+        if op.f == "poll" and not self.assigned and self.pos:
+            self.pos = {}
+            time.sleep(2.5)
+        return super().invoke(op)
+
+
+@pytest.mark.timeout(120)
+def test_a_drain_past_its_bound_with_the_gil_free_is_dumped_from_python(tmp_path, monkeypatch):
+    # The safe dump (under the GIL, threads cannot change their frames while it reads them);
+    # faulthandler's C dump, which can crash the process while threads run, is not made.
+    monkeypatch.setattr(runner, "CALL_TIMEOUT", 2.0)
+    monkeypatch.setattr(runner, "BOUND_SLACK", -2.0)  # drain bound: 1 s
+    monkeypatch.setattr(runner, "DUMP_GRACE", 0.5)
+    out = run_test(_cfg(tmp_path, time_limit=1, drain_time=1, concurrency=1), make=lambda cfg: _DrainSleeps(MemLog()))
+    dump = (out.run_dir / "harness.log").read_text()
+    dump = dump[dump.index("phase drain"):]
+    assert "Timeout (drain still running after its bound of 1.0 s)!" in dump, dump[:3000]
+    assert "[worker-0]" in dump and "in invoke" in dump, dump[:3000]  # the sleeping poll, named
+    assert "Timeout (0:00:" not in dump, dump[:3000]

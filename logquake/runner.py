@@ -541,7 +541,9 @@ class StackDumps:
     DUMP_GRACE s after a bound: if a library call holds the GIL (confluent-kafka's assign,
     subscribe and unsubscribe wait on librdkafka holding it), the Python dump cannot run,
     and neither can any other Python code, so the C dump is then the safe one and names the
-    call. The signal is the main thread's to set; elsewhere (tests) only the bounds dump.
+    call. `kill -USR1` asks for the Python dump, `kill -USR2` for the C one (for a run whose
+    USR1 writes nothing: a call holds the GIL). The signals are the main thread's to set;
+    elsewhere (tests) only the bounds dump.
     """
 
     def __init__(self, path: Path) -> None:
@@ -551,6 +553,8 @@ class StackDumps:
         self._signal = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1")
         if self._signal:
             self._previous = signal.signal(signal.SIGUSR1, lambda signum, frame: self.dump("SIGUSR1"))
+            # When USR1 writes nothing (a call holds the GIL), USR2 asks for the C dump outright.
+            faulthandler.register(signal.SIGUSR2, file=self._f, all_threads=True)
 
     def dump(self, why: str) -> None:
         """Every thread's stack, in faulthandler's layout, under a `why!` line."""
@@ -587,6 +591,7 @@ class StackDumps:
         faulthandler.cancel_dump_traceback_later()
         if self._signal:
             signal.signal(signal.SIGUSR1, self._previous)
+            faulthandler.unregister(signal.SIGUSR2)
         with self._lock:
             self._closed = True
             self._f.close()

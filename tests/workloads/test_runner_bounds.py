@@ -7,7 +7,10 @@ GIL (confluent-kafka's assign waits on librdkafka holding it) cannot keep it out
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 import threading
 import time
 from types import SimpleNamespace
@@ -231,3 +234,28 @@ def test_a_drain_past_its_bound_with_the_gil_free_is_dumped_from_python(tmp_path
     assert "Timeout (drain still running after its bound of 1.0 s)!" in dump, dump[:3000]
     assert "[worker-0]" in dump and "in invoke" in dump, dump[:3000]  # the sleeping poll, named
     assert "Timeout (0:00:" not in dump, dump[:3000]
+
+
+class _PollHoldsTheGilWhileUsr2Arrives(MemClient):
+    """Its first poll asks a shell to send SIGUSR2 in 1 s, then holds the GIL for seconds."""
+
+    def __init__(self, log: MemLog) -> None:
+        super().__init__(log)
+        self.killer: subprocess.Popen | None = None
+
+    def invoke(self, op):
+        if op.f == "poll" and self.killer is None:
+            self.killer = subprocess.Popen(["sh", "-c", f"sleep 1; kill -USR2 {os.getpid()}"])
+            _hold_the_gil()
+        return super().invoke(op)
+
+
+@pytest.mark.timeout(120)
+def test_sigusr2_writes_the_c_dump_while_a_call_holds_the_gil(tmp_path):
+    # What `kill -USR1` cannot do then (its Python handler waits for the GIL).
+    client = _PollHoldsTheGilWhileUsr2Arrives(MemLog())
+    out = run_test(_cfg(tmp_path, time_limit=2, concurrency=1), make=lambda cfg: client)
+    client.killer.wait(10)
+    dump = (out.run_dir / "harness.log").read_text()
+    assert "in _hold_the_gil" in dump and "Thread 0x" in dump, dump[:3000]
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL  # the run gave the signal back

@@ -17,7 +17,6 @@ records faults as `info` ops and is exempt from the pairing rules.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from logquake.errors import HistoryFormatError
+from logquake.gcpause import paused_gc
 
 try:  # orjson decodes history lines ~3x faster than the stdlib; the checker reads millions
     from orjson import JSONDecodeError as _JSONDecodeError
@@ -270,13 +270,8 @@ def load_history(path: str | os.PathLike[str], *, validate: bool = True) -> list
     The cyclic GC is paused while the list grows: a million ops are millions of live
     containers, which it would rescan over and over (more than half the load time).
     """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return list(read_history(path, validate=validate))
-    finally:
-        if paused:
-            gc.enable()
 
 
 def pairs(ops: Iterable[Op]) -> Iterator[tuple[Op, Op | None]]:

@@ -25,11 +25,11 @@ and a drain that reads every key from the beginning.
 
 from __future__ import annotations
 
-import gc
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from logquake.gcpause import paused_gc
 from logquake.history import Op
 
 BUGS = ("lose-write", "duplicate", "reuse-offset", "read-aborted", "read-uncommitted", "tear-txn", "reorder")
@@ -346,10 +346,5 @@ class _Sim:
 
 def simulate(cfg: SimConfig) -> tuple[list[Op], list[tuple[str, tuple[str, ...]]]]:
     """Run the simulation: (history ops, [(bug, anomaly types it must cause), ...])."""
-    paused = gc.isenabled()
-    gc.disable()  # millions of small lists and no reference cycles: see check_history
-    try:
+    with paused_gc():  # millions of small lists and no reference cycles
         return _Sim(cfg).run()
-    finally:
-        if paused:
-            gc.enable()

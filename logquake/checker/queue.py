@@ -19,7 +19,6 @@ Where this departs from jepsen.tests.kafka, and why:
 
 from __future__ import annotations
 
-import gc
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -41,6 +40,7 @@ from logquake.checker.queue_index import (
     txn_columns,
 )
 from logquake.checker.result import anomaly_entry, op_ref, run_safely, verdict
+from logquake.gcpause import paused_gc
 from logquake.history import FAIL, INFO, OK, Op
 
 SKIPPED_CAP = 16  # skipped values listed in one skip example
@@ -55,13 +55,8 @@ def check_history(ops: Iterable[Op], opts: CheckOptions | None = None) -> dict[s
     # The analyses allocate millions of small containers while the history keeps millions
     # more alive; the cyclic GC would rescan them all again and again (it tripled the time).
     # Nothing here makes reference cycles, so it is paused for the duration.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return _check(ops, opts)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:

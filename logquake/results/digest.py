@@ -21,12 +21,12 @@ results.json, because the checker reports only their end values:
 
 from __future__ import annotations
 
-import gc
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from logquake.gcpause import paused_gc
 from logquake.history import INVOKE, NEMESIS, OK, Op
 
 
@@ -334,13 +334,8 @@ def digest_history(
     digester = _Digester(keys=keys, named=named, window=window)
     # The pass makes no reference cycles but keeps many small containers alive (sets, key
     # traces), which makes the cyclic GC rescan them over and over: half the pass's time.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         digester.run(ops)
-    finally:
-        if was_enabled:
-            gc.enable()
     return digester.finish()
 
 

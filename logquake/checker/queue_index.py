@@ -32,6 +32,10 @@ _first, _second = itemgetter(0), itemgetter(1)
 
 _NO_POS: list = []  # shared by ops without reads (never added to)
 _NO_MAX: dict = {}
+# Shared by ops without sends / without reads (never added to): half a million empty
+# containers a 1M-op history would otherwise keep, each a fresh page touched.
+_NO_SENDS: list = []
+_NO_READS: dict = {}
 
 
 class Txn:
@@ -101,7 +105,7 @@ def parse_mops(
     sends: list = []
     reads: dict = {}
     if not isinstance(value, list):
-        return sends, reads
+        return _NO_SENDS, _NO_READS
     if keys is None:
         keys = {}
     pairs_of, first_at = gather if gather is not None else (None, None)
@@ -130,7 +134,7 @@ def parse_mops(
                     pairs_of[k] = all_pairs = []
                     first_at[k] = (tid, len(reads) - 1 if got is None else list(reads).index(k))
                 all_pairs.extend(pairs)
-    return sends, reads
+    return sends or _NO_SENDS, reads or _NO_READS
 
 
 @dataclass(slots=True)

@@ -8,7 +8,9 @@ same workers, op mix (the queue generator, no txn) and client library:
            live counters), rate limit set far above what the cluster can do.
 
 The two halves alternate for `--rounds` rounds (the first round also warms the cluster up:
-topics, leaders, connections). Prints ops/s of both, their ratio and the harness's overhead
+leaders, connections). Each half writes to keys of its own, so it creates its topics while
+it is measured, as a run does, on a cluster that keeps every earlier half's topics. The
+cluster is the default one (5 nodes) unless `--nodes` says otherwise. Prints ops/s of both, their ratio and the harness's overhead
 per op. `--cluster memory` swaps the brokers for an in-process log with a mutex, so the
 figures are the harness's own ceiling rather than the brokers'.
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import itertools
 import os
 import re
 import statistics
@@ -54,7 +57,7 @@ import threading
 import time
 from pathlib import Path
 
-from logquake.config import resolve_config
+from logquake.config import TestConfig, resolve_config
 from logquake.history import HistoryWriter, load_history
 from logquake.runner import MAIN, Crew, Pacer, Recorder, Stats
 from logquake.workloads import Context, make_client, make_generator
@@ -202,8 +205,19 @@ def _breakdown(path: Path) -> dict[str, list[float]]:
     return out
 
 
+_rounds_started = itertools.count(1)
+
+
+def _fresh_generator(cfg):
+    """The queue generator on keys no earlier half used, as in a run: every half creates its
+    keys' topics and Raft groups while it is measured, and those of the earlier halves stay
+    (their heartbeats go on). Reusing keys 0, 1, ... made later halves ~20 % faster than a run.
+    """
+    return make_generator(cfg, first_key=100_000 * next(_rounds_started))
+
+
 def _raw(cfg, bootstrap: str, seconds: float, make) -> int:
-    gen, lock = make_generator(cfg), threading.Lock()
+    gen, lock = _fresh_generator(cfg), threading.Lock()
     done = [0] * cfg.concurrency
     over = threading.Event()
 
@@ -243,7 +257,7 @@ def _harness(cfg, bootstrap: str, seconds: float, tmp: Path, make,
     stats = Stats()
     path = tmp / f"history-{time.monotonic_ns()}.jsonl"
     rec = Recorder(HistoryWriter(path), stats)
-    crew = Crew(cfg, make_generator(cfg), rec, bootstrap, make)
+    crew = Crew(cfg, _fresh_generator(cfg), rec, bootstrap, make)
     over = threading.Event()
     crew.start(MAIN, over, Pacer(rate))
     time.sleep(2.0)
@@ -282,7 +296,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=15.0)
-    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=TestConfig().nodes, help="default: the default cluster's")
     ap.add_argument("--client", default="confluent")
     ap.add_argument("--cluster", choices=("lab", "local", "memory"), default="lab")
     ap.add_argument("--rounds", type=int, default=2)

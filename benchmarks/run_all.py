@@ -123,9 +123,12 @@ def parse_harness(out: str) -> list[Row]:
     if not (raw and h):
         return []
     workers = find(out, r"workers=(\d+)")
-    rows = [row(b, f"ops/s, {workers[1] if workers else '?'} workers, full history", num(h[1]), "ops/s",
+    nodes = find(out, r"nodes=(\d+)")
+    where = f"{workers[1] if workers else '?'} workers, {nodes[1] if nodes else '?'} nodes, full history"
+    rows = [row(b, f"ops/s, {where}", num(h[1]), "ops/s",
                 reference=f"raw client calls {num(raw[1]):,.1f} ops/s",
-                ratio=num(h[1]) / num(raw[1]) if num(raw[1]) else None)]
+                ratio=num(h[1]) / num(raw[1]) if num(raw[1]) else None,
+                target=">= 2,000", met=num(h[1]) >= 2000)]
     if m := find(out, r"^overhead per op:\s+([-\d.]+) us"):
         # 1/harness - 1/raw: below zero when the run's noise is larger than the overhead
         rows.append(row(b, "overhead per op (process time)", num(m[1]), "us",

@@ -72,6 +72,7 @@ class QueueGenerator:
         active_keys: int = 10,
         max_writes_per_key: int = 1024,
         abort_fraction: float | None = None,
+        first_key: int = 0,
     ) -> None:
         if abort_fraction is not None and not 0 <= abort_fraction <= 1:
             raise ValueError(f"abort_fraction must be within [0, 1], got {abort_fraction}")
@@ -81,7 +82,7 @@ class QueueGenerator:
         self.txn = txn
         self.sub_via = sub_via
         self.max_writes_per_key = max_writes_per_key
-        self._next_key = 0
+        self._next_key = first_key  # keys are numbered from here (a benchmark's fresh topics)
         self.active: list[int] = []
         self.budget: dict[int, int] = {}
         self.next_value: dict[int, int] = {}

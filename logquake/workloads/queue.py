@@ -14,9 +14,9 @@ def producer_settings(cfg: TestConfig) -> dict[str, Any]:
     return dict(getattr(cfg, "producer", None) or {})
 
 
-def make_generator(cfg: TestConfig) -> QueueGenerator:
+def make_generator(cfg: TestConfig, *, first_key: int = 0) -> QueueGenerator:
     assert cfg.seed is not None, "resolve the seed first (TestConfig.with_seed)"
-    return QueueGenerator(seed=cfg.seed, txn=cfg.txn, sub_via=cfg.sub_via)
+    return QueueGenerator(seed=cfg.seed, txn=cfg.txn, sub_via=cfg.sub_via, first_key=first_key)
 
 
 def make_client(cfg: TestConfig, **kw: Any) -> Client:

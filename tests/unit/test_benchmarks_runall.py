@@ -110,9 +110,10 @@ def test_lab_rows():
 
 def test_harness_rows_flag_a_negative_overhead_as_noise():
     loaded = by_metric(run_all.parse_harness(sample("harness")))
-    ops = loaded["ops/s, 20 workers, full history"]
+    ops = loaded["ops/s, 20 workers, 3 nodes, full history"]
     assert (ops["value"], ops["ratio"]) == (183.2, pytest.approx(183.2 / 165.4))
     assert ops["reference"] == "raw client calls 165.4 ops/s"
+    assert ops["target"] == ">= 2,000" and ops["met"] is False
     over = loaded["overhead per op (process time)"]
     assert over["value"] == -587.4 and "noise" in over["reference"]
     quiet = by_metric(run_all.parse_harness(sample("harness-quiet")))

@@ -55,6 +55,17 @@ def test_values_unique_per_key_and_consecutive():
         assert vs == list(range(1, len(vs) + 1))
 
 
+def test_first_key_shifts_every_key_and_nothing_else():
+    base = _drive(QueueGenerator(seed=4, max_writes_per_key=30), 1500)
+    shifted = _drive(QueueGenerator(seed=4, max_writes_per_key=30, first_key=1000), 1500)
+
+    def keys(ops: list[Op]) -> set[int]:
+        return {m[1] for o in ops if o.f in ("send", "poll", "txn") for m in o.value if m[0] == "send"}
+
+    assert min(keys(shifted)) >= 1000 and {k + 1000 for k in keys(base)} == keys(shifted)
+    assert [o.f for o in base] == [o.f for o in shifted]
+
+
 def test_key_rotation_respects_budget_and_keeps_ten_active():
     gen = QueueGenerator(seed=3, max_writes_per_key=20)
     _drive(gen, 3000)

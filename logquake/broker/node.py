@@ -95,6 +95,12 @@ class Node:
         self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
         self._stopped = asyncio.Event()
         self._dirty = asyncio.Event()
+        # The groups the loop's next turn asks for a Ready and a leadership change: those
+        # given input since the last turn (a peer message, a proposal, an advance), or every
+        # group after a tick or a new group. Asking every group on every turn cost more the
+        # more topics a run had made (each turn polled all of them, several times).
+        self._touched: dict[str, Any] = {}
+        self._scan_all = True
         self._pids: list[int] = []  # unused producer ids of this node's block
         self._pid_lock = asyncio.Lock()
         self._unsynced: set[Any] = set()  # stores written since the last fsync (policy interval)
@@ -159,6 +165,20 @@ class Node:
     def kick(self) -> None:
         self._dirty.set()
 
+    def touch(self, g: Any) -> None:
+        """Group g got input: the next turn asks it for a Ready (kick() wakes that turn)."""
+        self._touched[g.name] = g
+
+    def _due_groups(self) -> list[Any]:
+        """The groups this turn asks (and forgets until they are touched again)."""
+        if self._scan_all:
+            self._scan_all = False
+            self._touched.clear()
+            return list(self.groups.values())
+        due = list(self._touched.values())
+        self._touched.clear()
+        return due
+
     # ---- groups ----------------------------------------------------------------------------
 
     def _make_raft(self, name: str, voters: tuple[int, ...]) -> tuple[RaftNode, Any]:
@@ -171,7 +191,9 @@ class Node:
     def _open_metadata(self) -> MetadataReplica:
         raft, store = self._make_raft(META_NAME, self.node_ids)
         m = MetadataReplica(raft, store, self.node_ids, self._on_new_partition)
+        m.on_input = self.touch
         self.groups[META_NAME] = m
+        self._scan_all = True
         return m
 
     def _on_new_partition(self, info: PartitionInfo) -> None:
@@ -179,8 +201,10 @@ class Node:
             return
         raft, store = self._make_raft(group_name(info.group_id), info.replicas)
         rep = PartitionReplica(info, raft, store)
+        rep.on_input = self.touch
         self.partitions[info.group_id] = rep
         self.groups[rep.name] = rep
+        self._scan_all = True
         if info.replicas[0] == self.id:
             # The preferred replica campaigns at once (after the others have had two ticks to
             # apply the same metadata entry) instead of waiting out an election timeout.
@@ -200,6 +224,7 @@ class Node:
             await asyncio.sleep(max(0.0, nxt - time.monotonic()))
             for g in list(self.groups.values()):
                 g.raft.tick()
+            self._scan_all = True  # ticks make heartbeats, elections, check-quorum step-downs
             self._early_campaigns()
             self.kick()
 
@@ -233,13 +258,14 @@ class Node:
     async def _process_readies(self) -> None:
         # Leadership changes (from steps and ticks since the last turn) are handled before
         # applying: a new leader's readiness is set while applying its own no-op, never undone.
-        self._check_leadership()
+        due = self._due_groups()
+        self._check_leadership(due)
         readies: list[tuple[Any, Ready]] = []
-        for g in list(self.groups.values()):
+        for g in due:
             if g.raft.has_ready():
                 readies.append((g, g.raft.ready()))
         if not readies:
-            self._check_leadership()
+            self._check_leadership(due)
             return
         # A leader's appends and heartbeats may go out before its own write (Raft thesis
         # §10.2.1): it counts itself toward a majority only up to what it has persisted; so may
@@ -267,9 +293,10 @@ class Node:
         self._send(late)
         for g, rd in readies:
             g.raft.advance(rd)
+            self.touch(g)
             if isinstance(g, PartitionReplica):
                 g.on_persisted()
-        self._check_leadership()
+        self._check_leadership(due)
         self.kick()  # advancing may have made more work (a leader commits on its own persist)
 
     async def _serve_until(self, persist: asyncio.Future[None]) -> None:
@@ -295,9 +322,12 @@ class Node:
         persist.result()
 
     def _serve_during_persist(self) -> None:
-        self._check_leadership()  # before applying: readiness is set by the new term's no-op
+        # Only groups given input since the turn began can have committed entries or
+        # messages (after a tick: every group). They stay due for the next turn.
+        groups = list(self.groups.values()) if self._scan_all else list(self._touched.values())
+        self._check_leadership(groups)  # before applying: readiness is set by the new term's no-op
         msgs: list[Message] = []
-        for g in list(self.groups.values()):
+        for g in groups:
             r = g.raft
             entries = r.take_committed()
             if entries:
@@ -305,9 +335,10 @@ class Node:
             msgs.extend(r.take_messages())
         self._send(msgs)
 
-    def _check_leadership(self) -> None:
+    def _check_leadership(self, groups: Any = None) -> None:
+        """Handle the leadership changes of `groups` (default: every group)."""
         changed = []
-        for g in self.groups.values():
+        for g in self.groups.values() if groups is None else groups:
             if g.leadership_changed():
                 r = g.raft
                 log.info("%s: role %s term %d leader %s", g.name, r.role, r.term, r.leader_id)
@@ -373,14 +404,17 @@ class Node:
     def _on_peer(self, peer: int, channel: int, payload: bytes) -> None:
         try:
             if channel == CH_RAFT:
+                touched = self._touched
                 for m in decode_messages(payload):
                     g = self.groups.get(m.group)
                     if g is not None:
                         g.raft.step(m)
+                        touched[g.name] = g
                 self.kick()
             elif channel == CH_FORWARD:
                 if self.meta.raft.role == LEADER:
                     self.meta.raft.propose(payload)
+                    self.touch(self.meta)
                     self.kick()
             elif channel == CH_LEADERS:
                 for gid, term, leader in json.loads(payload):
@@ -432,6 +466,7 @@ class Node:
         r = self.meta.raft
         if r.role == LEADER:
             r.propose(data)
+            self.touch(self.meta)
             self.kick()
         elif r.leader_id is not None:
             self.transport.send(r.leader_id, CH_FORWARD, data)

@@ -48,10 +48,17 @@ class _Waiter:
     future: asyncio.Future[AppendOutcome]
 
 
+def _no_one(group: Any) -> None:
+    pass
+
+
 class _GroupBase:
     def __init__(self, raft: RaftNode, store: Any) -> None:
         self.raft = raft
         self.store = store
+        # Called after each input the node's loop did not make itself (a proposal from a
+        # handler), so the loop knows this group may have a Ready (Node.touch).
+        self.on_input: Callable[[Any], None] = _no_one
         self.seen_role = raft.role
         self.seen_term = raft.term
         self.seen_leader = raft.leader_id
@@ -112,6 +119,7 @@ class PartitionReplica(_GroupBase):
         index = self.raft.propose(data)
         if index is None:
             return AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER)
+        self.on_input(self)
         self.next_offset = base + batches_span(headers)
         off = base
         for h in headers:

@@ -143,9 +143,8 @@ def strongly_connected(src: np.ndarray, dst: np.ndarray, n_nodes: int, n_real: i
 def _edge_arrays(ix: QueueIndex, opts: CheckOptions) -> tuple[np.ndarray, np.ndarray, int]:
     """The compact graph's edges over ops (ids 0..n-1) and time nodes (n..).
 
-    Edges are gathered as arrays, kind by kind (ww, wr, process, realtime), then grouped
-    by source with a stable sort. Returns (sources, targets, position of each node,
-    number of nodes): time node j at 2j, the op invoked there at 2j + 1, a failed op -1.
+    Edges are gathered as arrays, kind by kind (ww, wr, process, realtime). Returns
+    (sources, targets, number of nodes).
     """
     txns = ix.txns
     n = len(txns)
@@ -180,9 +179,7 @@ def _edge_arrays(ix: QueueIndex, opts: CheckOptions) -> tuple[np.ndarray, np.nda
     j = np.searchsorted(inv[by_inv], comp[ids][done], side="right")
     srcs.append(ids[done][j < m])
     dsts.append(j[j < m] + n)
-    src = np.concatenate(srcs)
-    order = np.argsort(src, kind="stable")
-    return src[order], np.concatenate(dsts)[order], n + m
+    return np.concatenate(srcs), np.concatenate(dsts), n + m
 
 
 def _ww_edges(

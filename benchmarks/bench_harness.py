@@ -10,8 +10,8 @@ same workers, op mix (the queue generator, no txn) and client library:
 The two halves alternate for `--rounds` rounds (the first round also warms the cluster up:
 leaders, connections). Each half writes to keys of its own, so it creates its topics while
 it is measured, as a run does, on a cluster that keeps every earlier half's topics. The
-cluster is the default one (5 nodes) unless `--nodes` says otherwise. Prints ops/s of both, their ratio and the harness's overhead
-per op. `--cluster memory` swaps the brokers for an in-process log with a mutex, so the
+cluster is the default one (5 nodes) unless `--nodes` says otherwise. Prints ops/s of both,
+their ratio and the harness's overhead per op. `--cluster memory` swaps the brokers for an in-process log with a mutex, so the
 figures are the harness's own ceiling rather than the brokers'.
 
 Where the time goes (printed after the rounds): the harness's last history split by op kind

@@ -96,8 +96,8 @@ class Node:
         self._stopped = asyncio.Event()
         self._dirty = asyncio.Event()
         # The groups the loop's next turn asks for a Ready and a leadership change: those
-        # given input since the last turn (a peer message, a proposal, an advance), or every
-        # group after a tick or a new group. Asking every group on every turn cost more the
+        # given input since the last turn (a peer message, a proposal, an advance, a new
+        # group), or every group after a tick. Asking every group on every turn cost more the
         # more topics a run had made (each turn polled all of them, several times).
         self._touched: dict[str, Any] = {}
         self._scan_all = True
@@ -193,7 +193,7 @@ class Node:
         m = MetadataReplica(raft, store, self.node_ids, self._on_new_partition)
         m.on_input = self.touch
         self.groups[META_NAME] = m
-        self._scan_all = True
+        self.touch(m)
         return m
 
     def _on_new_partition(self, info: PartitionInfo) -> None:
@@ -204,7 +204,7 @@ class Node:
         rep.on_input = self.touch
         self.partitions[info.group_id] = rep
         self.groups[rep.name] = rep
-        self._scan_all = True
+        self.touch(rep)  # a restarted replica may have entries to apply at once
         if info.replicas[0] == self.id:
             # The preferred replica campaigns at once (after the others have had two ticks to
             # apply the same metadata entry) instead of waiting out an election timeout.
@@ -404,12 +404,11 @@ class Node:
     def _on_peer(self, peer: int, channel: int, payload: bytes) -> None:
         try:
             if channel == CH_RAFT:
-                touched = self._touched
                 for m in decode_messages(payload):
                     g = self.groups.get(m.group)
                     if g is not None:
                         g.raft.step(m)
-                        touched[g.name] = g
+                        self.touch(g)
                 self.kick()
             elif channel == CH_FORWARD:
                 if self.meta.raft.role == LEADER:

@@ -28,17 +28,12 @@ of two versions on a shared machine compares best at a rate both sustain. With
 LQ_BROKER_CPROFILE=<dir> in the environment, every broker writes a cProfile of its event
 loop's thread (CPU time) there when it stops (about 3x slower while on).
 
-Measured 30 Nov 2026 (lab, 3 nodes, 20 workers, 2 cores shared with other jobs at load 5-7):
-sends take 60-85 % of the workers' time (median 20-40 ms: acks=all waits for about two Raft
-write turns, the leader's queue behind the running write and the follower's write+fsync;
-each turn took ~9 ms, ~4 of them in the writing thread). CPU per op: this process ~0.4 ms
-(its Python held the GIL for about a third of that; the rest is librdkafka's threads of 40
-client instances and the workers outside the GIL), brokers ~0.85 ms in all, ~80 % of it in
-the interpreter (Raft loop, request decoding, kafka-python's encoding, handlers) and ~20 %
-in the kernel (perf). Before consumers stopped prefetching into a non-empty
-queue (confluent.py) every send answered ~5 long-polling fetches per broker and the brokers
-spent ~1.1 ms per op. At ~1.25 ms of CPU per op, two cores cannot give 2,000 ops/s whatever
-the harness does; see benchmarks/README.md. Usage:
+Measured 1 Dec 2026 (quiet machine, 5 nodes, 20 workers, fresh keys, 30 s x 3 rounds): the
+harness 2,030-2,260 ops/s, raw client calls 2,770-2,880; brokers ~0.5 ms and this process ~0.2
+ms of CPU per op. It is bound by each op's latency, not by CPU: until new topics reported
+"coming up" at topic level (handlers.py), the first sends to every new key waited ~1 s for
+librdkafka's topic scan and took a third of the workers' time. History and figures:
+benchmarks/README.md, "Harness throughput". Usage:
 
     .venv/bin/python benchmarks/bench_harness.py [--workers 20] [--seconds 10] [--cluster lab|local|memory]
 """

@@ -113,11 +113,17 @@ class KafkaApi:
             elif name and validate_topic_name(name) is not None:
                 err = INVALID_TOPIC_EXCEPTION
             return (err, name, None, False, ())
-        parts = []
+        parts, coming_up = [], False
         for p in info.partitions:
             leader, epoch = self.node.leader_of(p.group_id)
+            # No leader yet in the first term (or none known here): the topic is still being
+            # created. Kafka answers that at topic level, and librdkafka keeps re-asking every
+            # retry.backoff.ms only then; a partition without a leader waits for its 1 s scan.
+            coming_up |= leader < 0 and epoch <= 1
             parts.append((NONE if leader >= 0 else LEADER_NOT_AVAILABLE, p.partition, leader, epoch,
                           p.replicas, p.replicas, ()))
+        if coming_up:
+            return (LEADER_NOT_AVAILABLE, name, info.topic_id, False, ())
         return (NONE, name, info.topic_id, False, parts)
 
     # ---- Produce ------------------------------------------------------------------------------

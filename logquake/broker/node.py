@@ -27,6 +27,7 @@ partitions it does not replicate.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -181,15 +182,19 @@ class Node:
 
     # ---- groups ----------------------------------------------------------------------------
 
-    def _make_raft(self, name: str, voters: tuple[int, ...]) -> tuple[RaftNode, Any]:
+    def _make_raft(self, name: str, voters: tuple[int, ...], config: RaftConfig | None = None
+                   ) -> tuple[RaftNode, Any]:
         store = open_store(self.cfg.data_dir / "groups" / name, fsync=self.cfg.effective_fsync)
         hs, entries = store.load()
-        raft = RaftNode(group=name, node_id=self.id, voters=voters, config=self.raft_cfg,
+        raft = RaftNode(group=name, node_id=self.id, voters=voters, config=config or self.raft_cfg,
                         rng=random.Random(self.rng.random()), hard_state=hs, entries=entries)
         return raft, store
 
     def _open_metadata(self) -> MetadataReplica:
-        raft, store = self._make_raft(META_NAME, self.node_ids)
+        # Followers create a new topic's replicas when they apply its entry: tell them of the
+        # commit at once, not at the next heartbeat (up to heartbeat_ticks later).
+        raft, store = self._make_raft(META_NAME, self.node_ids,
+                                      dataclasses.replace(self.raft_cfg, commit_heartbeats=True))
         m = MetadataReplica(raft, store, self.node_ids, self._on_new_partition)
         m.on_input = self.touch
         self.groups[META_NAME] = m
@@ -202,13 +207,16 @@ class Node:
         raft, store = self._make_raft(group_name(info.group_id), info.replicas)
         rep = PartitionReplica(info, raft, store)
         rep.on_input = self.touch
+        log.info("%s: replica of %s-%d created (replicas %s)", rep.name, info.topic, info.partition,
+                 info.replicas)
         self.partitions[info.group_id] = rep
         self.groups[rep.name] = rep
         self.touch(rep)  # a restarted replica may have entries to apply at once
         if info.replicas[0] == self.id:
-            # The preferred replica campaigns at once (after the others have had two ticks to
-            # apply the same metadata entry) instead of waiting out an election timeout.
-            self._campaign_soon[rep.name] = 2
+            # The preferred replica campaigns now instead of waiting out an election timeout,
+            # and again each tick while the others may still be creating the group.
+            raft.campaign()
+            self._campaign_soon[rep.name] = 0
         self.kick()
 
     # ---- the loop ----------------------------------------------------------------------------
@@ -235,7 +243,7 @@ class Node:
             g = self.groups[name]
             if g.raft.leader_id is not None or ticks <= -8:
                 del self._campaign_soon[name]
-            elif ticks <= 1 and ticks % 2 and g.raft.role != "candidate":
+            elif g.raft.role != "candidate":
                 # Pre-vote never bumps the term, so retrying while the other replicas are still
                 # creating the group (their pre-votes were dropped) disturbs nothing.
                 g.raft.campaign()

@@ -202,6 +202,9 @@ class RaftConfig:
         max_inflight: appends in flight per follower before the leader waits for acks.
         resend_ticks: an append unacked while a heartbeat sent this many ticks later came
             back is presumed lost; the leader then probes again.
+        commit_heartbeats: a leader whose commit index advances tells every follower at once
+            (a heartbeat carrying it) rather than with the next append or heartbeat, for groups
+            whose followers act on what they apply (the metadata group creates partitions).
     """
 
     election_ticks: int = 10
@@ -213,6 +216,7 @@ class RaftConfig:
     max_append_bytes: int = 4 << 20
     max_inflight: int = 64
     resend_ticks: int = 3
+    commit_heartbeats: bool = False
 
     def __post_init__(self) -> None:
         if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
@@ -772,13 +776,17 @@ class RaftNode:
                     return
         if self._heartbeat_elapsed >= self.cfg.heartbeat_ticks:
             self._heartbeat_elapsed = 0
-            for p in self._peers:
-                c = min(self._progress[p].match, self._commit)
-                self._msgs.append(
-                    Message(
-                        MsgKind.HEARTBEAT, self.group, self.id, p, self._term, index=self._ticks, commit=c
-                    )
-                )
+            self._send_heartbeats()
+
+    def _send_heartbeats(self) -> None:
+        for p in self._peers:
+            self._heartbeat(p)
+
+    def _heartbeat(self, p: int) -> None:
+        c = min(self._progress[p].match, self._commit)  # never past what p is known to hold
+        self._msgs.append(
+            Message(MsgKind.HEARTBEAT, self.group, self.id, p, self._term, index=self._ticks, commit=c)
+        )
 
     def _step_leader(self, m: Message) -> None:
         pr = self._progress.get(m.frm)
@@ -794,6 +802,8 @@ class RaftNode:
                 pr.match = m.index
                 if self._maybe_commit():
                     self._bcast = True
+                elif self.cfg.commit_heartbeats and pr.match <= self._commit:
+                    self._heartbeat(m.frm)  # a late acker of committed entries: it may apply them
             if pr.replicate:
                 infl = pr.inflight
                 while infl and infl[0][0] <= m.index:
@@ -879,6 +889,8 @@ class RaftNode:
         n = matches[self._quorum - 1]
         if n > self._commit and self.term_at(n) == self._term:  # §5.4.2: own term only
             self._commit = n
+            if self.cfg.commit_heartbeats:
+                self._send_heartbeats()
             return True
         return False
 

@@ -42,6 +42,27 @@ def test_confluent_auto_creates_topic(cluster) -> None:
     _check_log(confluent_consume(cluster.bootstrap_servers, "auto-created", 10), values)
 
 
+def test_auto_created_topic_is_coming_up_at_topic_level_until_it_has_a_leader(cluster) -> None:
+    """While a new topic elects its first leader, Metadata says so for the whole topic, as
+    Kafka does: librdkafka then asks again after retry.backoff.ms, whereas a listed partition
+    without a leader waits for its once-a-second topic scan (sends to new keys took ~1 s)."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    from logquake.broker.localcluster import kafka_request
+
+    R = MetadataRequest[4]
+    answers = []
+    for _ in range(2000):
+        node = 1 + len(answers) % 3
+        t = kafka_request(*cluster.address(node), R(topics=["coming-up"], allow_auto_topic_creation=True)).topics[0]
+        answers.append((t[0], tuple((p[0], p[2]) for p in t[3])))
+        if t[0] == 0 and len(answers) > 50:
+            break
+    assert answers[0] == (5, ())  # LEADER_NOT_AVAILABLE: being created
+    assert answers[-1][0] == 0, "no leader after 2000 Metadata requests"
+    assert set(answers) <= {(5, ()), *((0, ((0, leader),)) for leader in (1, 2, 3))}, set(answers)
+
+
 @pytest.mark.parametrize("acks", ACKS)
 def test_kafka_python_produce_consume(cluster, acks) -> None:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition

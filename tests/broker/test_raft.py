@@ -74,6 +74,21 @@ def test_election_transcript_prevote_vote_noop() -> None:
     assert [sim.raft(i).leader_id for i in (1, 2, 3)] == [1, 1, 1]
 
 
+@pytest.mark.parametrize("eager", [False, True])
+def test_commit_heartbeats_tell_followers_of_a_commit_without_waiting_for_a_tick(eager: bool) -> None:
+    sim = Sim(n=3, config=RaftConfig(commit_heartbeats=eager))
+    elect(sim, 1)
+    sim.propose(b"create topic")
+    sim.stabilize()  # delivers everything queued; no tick, so no periodic heartbeat
+    assert sim.raft(1).commit_index == 2
+    followers = [sim.raft(i).commit_index for i in (2, 3)]
+    # Otherwise they know only what the last append carried: the no-op's commit, not 2.
+    assert followers == ([2, 2] if eager else [1, 1])
+    sim.trace = []
+    sim.stabilize()
+    assert sim.trace == []  # and nothing more: heartbeats went out once per advance, not per turn
+
+
 def test_followers_elect_someone_by_timeout_alone() -> None:
     sim = Sim(n=5, seed=7)
     assert sim.run_until(lambda: sim.leader() is not None, 200)

@@ -21,6 +21,8 @@ CONFIGS = {
     "crash-mid-ready": {"crash_in_ready": 0.01},  # after early appends, before the write
     # Slow writes served meanwhile (take_committed/take_messages), with crashes mid-write.
     "slow-writes": {"slow_write": 0.3, "crash_in_ready": 0.01},
+    # The metadata group's: every commit advance also goes out as heartbeats at once.
+    "commit-heartbeats": {"config": RaftConfig(commit_heartbeats=True), "slow_write": 0.2},
 }
 
 

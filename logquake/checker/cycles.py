@@ -325,11 +325,20 @@ def component_graph(ix: QueueIndex, opts: CheckOptions, comp: list[int]) -> Grap
                 nxt = _next_writer(ix, k, v1, t)
                 if nxt is not None and nxt[0].id in inside:
                     link(t, nxt[0], WW, {"key": k, "value": nxt[1], "value2": nxt[2]})
+    # The values whose writer is a member, per key: most reads are of values written
+    # outside, and a read list holding none of these needs no walk (one C-level check).
+    ours: dict[Any, set] = {}
+    for t in members:
+        for k, v, _ in t.sends:
+            w = ix.writer_of[k].get(v)
+            if w is not None and w.id in inside:
+                ours.setdefault(k, set()).add(v)
     for t in members:
         for k, pairs in t.reads.items():
-            writers = ix.writer_of.get(k)
-            if not writers:
+            vs = ours.get(k)
+            if vs is None or vs.isdisjoint(map(_second, pairs)):
                 continue
+            writers = ix.writer_of[k]
             for _, v in pairs:
                 w = writers.get(v)
                 if w is not None and w.id in inside:

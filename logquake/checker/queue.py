@@ -885,6 +885,9 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
         np.concatenate(x) if x else np.zeros(0, dtype=i64)
         for x in (tid_parts, key_parts, off_parts, rank_parts)
     )
+    # Arrays are dropped (del) once dead: later ones then reuse their memory instead of
+    # touching fresh pages, which cost this stage more than its arithmetic.
+    del tid_parts, key_parts, off_parts, rank_parts
     live = ~fail[T]
     T, K, Of, R = T[live], K[live], Of[live], R[live]
     nk = max(len(keys), 1)
@@ -908,6 +911,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     reach = np.maximum.accumulate(fold(eK, eO)) if len(eK) else eK
     max_off = np.full(nk, -1, dtype=i64)
     np.maximum.at(max_off, eK, eO)
+    del order, eK, eO, live
     # Steps: ok polls/txns, numbered per process; poll_at[start[p] + seq - 1] is step seq's op.
     ptids = np.flatnonzero(poll)
     poll_at = ptids[np.argsort(proc[ptids], kind="stable")]
@@ -954,6 +958,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     if len(at):
         Of, R = np.maximum.reduceat(Of, at), np.minimum.reduceat(R, at)
         T, K = T[at], K[at]
+    del m, code, new, at
     P = proc[T]
     order = np.argsort(P * nk + K, kind="stable")  # per (process, key), in op order
     T, K, Of, R, P = T[order], K[order], Of[order], R[order], P[order]
@@ -1057,6 +1062,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
         for kno in d:
             if kno not in seen_pairs.get(pn, ()):
                 finish(pn, kno, None, 0)
+    del bl, b_pair, bP, bK, bE, bS, bO, bEv, bR, bM, seen_pairs
     # Closes inside blocks: a step whose offset beats the run's maximum so far.
     w = Of.copy()
     w[b_at] = b_first

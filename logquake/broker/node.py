@@ -170,13 +170,14 @@ class Node:
         """Group g got input: the next turn asks it for a Ready (kick() wakes that turn)."""
         self._touched[g.name] = g
 
+    def _groups_with_input(self) -> list[Any]:
+        """The groups given input since the last turn (every group after a tick)."""
+        return list(self.groups.values()) if self._scan_all else list(self._touched.values())
+
     def _due_groups(self) -> list[Any]:
         """The groups this turn asks (and forgets until they are touched again)."""
-        if self._scan_all:
-            self._scan_all = False
-            self._touched.clear()
-            return list(self.groups.values())
-        due = list(self._touched.values())
+        due = self._groups_with_input()
+        self._scan_all = False
         self._touched.clear()
         return due
 
@@ -332,7 +333,7 @@ class Node:
     def _serve_during_persist(self) -> None:
         # Only groups given input since the turn began can have committed entries or
         # messages (after a tick: every group). They stay due for the next turn.
-        groups = list(self.groups.values()) if self._scan_all else list(self._touched.values())
+        groups = self._groups_with_input()
         self._check_leadership(groups)  # before applying: readiness is set by the new term's no-op
         msgs: list[Message] = []
         for g in groups:

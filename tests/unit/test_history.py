@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -136,24 +137,73 @@ def test_pairs_matches_invocations_and_completions(tmp_path) -> None:
     assert got == [(0, 1), (2, 3), (5, None)]
 
 
-def test_sigkilled_writer_leaves_a_readable_history(tmp_path) -> None:
-    path = tmp_path / "history.jsonl"
+def _writer_process(path, script_body: str) -> subprocess.Popen:
     script = textwrap.dedent(
         f"""
         import os, sys
         from logquake.history import HistoryWriter, Op
         w = HistoryWriter({str(path)!r})
+        """
+    ) + textwrap.dedent(script_body)
+    return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def test_sigkilled_writer_leaves_every_op_written_a_flush_interval_ago(tmp_path) -> None:
+    path = tmp_path / "history.jsonl"
+    proc = _writer_process(
+        path,
+        """
         for i in range(1000):
             w.write(Op(process=i, type="invoke", f="poll", value=[["poll"]]))
         print("ready", flush=True)
         sys.stdin.read()
-        """
+        """,
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == b"ready"
+    time.sleep(0.1)  # 20 flush intervals; the writer never closes: no fsync, no final flush
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     ops = load_history(path)
     assert len(ops) == 1000
     assert json.loads(path.read_text().splitlines()[-1])["index"] == 999
+
+
+def test_writer_sigkilled_mid_stream_leaves_a_dense_prefix(tmp_path) -> None:
+    """Killed while ops pour in: whatever reached the file is ops 0..n-1, each whole."""
+    path = tmp_path / "history.jsonl"
+    proc = _writer_process(
+        path,
+        """
+        print("ready", flush=True)
+        i = 0
+        while True:
+            w.write(Op(process=i % 20, type="invoke", f="txn", value=[["send", i, i], ["poll"]]))
+            w.write(Op(process=i % 20, type="ok", f="txn", value=[["send", i, [i, i]], ["poll", {}]]))
+            i += 1
+        """,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    ops = load_history(path)
+    assert len(ops) > 100
+    assert [op.index for op in ops] == list(range(len(ops)))
+    assert [op.type for op in ops[:2]] == ["invoke", "ok"]
+
+
+def test_writer_refuses_ops_after_close(tmp_path) -> None:
+    w = HistoryWriter(tmp_path / "h.jsonl")
+    w.close()
+    with pytest.raises(ValueError, match="closed"):
+        w.write(Op(process=0, type="invoke", f="poll", value=[["poll"]]))
+
+
+def test_writer_encodes_what_orjson_refuses_with_the_stdlib(tmp_path) -> None:
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path) as w:
+        w.write(Op(process=0, type="invoke", f="poll", value=[["poll"]], extra={"big": 2**70, "m": {1: "x"}}))
+    (op,) = load_history(path)
+    assert op.extra == {"big": 2**70, "m": {"1": "x"}}

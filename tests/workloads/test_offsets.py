@@ -128,8 +128,9 @@ def test_commits_read_back_per_group_and_partition(tmp_path, make):
         c.wait_ready(60)
         client = Validated(make(keys=KEYS, replication_factor=3))
         client.open(c.bootstrap_servers)
+        recorder = Recorder(HistoryWriter(tmp_path / "history.jsonl"), Stats())
         try:
-            do = _Driver(client, Recorder(HistoryWriter(tmp_path / "history.jsonl"), Stats()))
+            do = _Driver(client, recorder)
             _await_ok(do, "write", 0, 1)
             assert do("read", 0).value == [0, 1]
             assert do("write", 0, 2).type == OK and do("write", 3, 1).type == OK
@@ -139,6 +140,7 @@ def test_commits_read_back_per_group_and_partition(tmp_path, make):
             assert do("read", 1).value == [1, None]
         finally:
             client.close()
+            recorder.close()
         res = analyse(load_history(tmp_path / "history.jsonl"), KEYS)
         assert res["valid"] is True, res
         assert res["linear"]["model"] == "register" and res["linear"]["keys"] == 4

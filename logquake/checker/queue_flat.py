@@ -59,7 +59,7 @@ def flat_index(ix: QueueIndex) -> bool:
     g_len_a = np.asarray(g_len, dtype=_I64)
     per_key = {}  # k -> (offsets, values, group ids, group lengths, op id of each group)
     for k, (a, gids) in reads.items():
-        flat = np.frombuffer(a, dtype=_I64)
+        flat = a
         gids_a = np.asarray(gids, dtype=_I64)
         per_key[k] = (flat[0::2], flat[1::2], gids_a, g_len_a[gids_a], g_tid_a[gids_a])
     del reads  # the arrays live on in per_key, which frees each key's once it is placed
@@ -139,15 +139,10 @@ def _collect(ix: QueueIndex) -> tuple:
                 s[3].append(r)
                 if ok and k not in first_at:
                     first_at[k] = (tid, r)
-    reads: dict[Any, tuple[array, list]] = {}
+    reads: dict[Any, tuple[np.ndarray, list]] = {}
     try:
         for k, (lists, gids) in groups.items():
-            a = array("q", list(chain.from_iterable(chain.from_iterable(lists))))  # list first: faster
-            if len(a) != 2 * sum(g_len[g] for g in gids):  # some pair is not [offset, value]
-                raise _NotInts
-            if len(a) and np.frombuffer(a, dtype=_I64)[0::2].min() < 0:  # see _NotInts
-                raise _NotInts
-            reads[k] = (a, gids)
+            reads[k] = (_flatten(lists, 2 * sum(g_len[g] for g in gids)), gids)
         flat_sends = {
             k: (
                 np.frombuffer(array("q", o), dtype=_I64),
@@ -157,7 +152,7 @@ def _collect(ix: QueueIndex) -> tuple:
             )
             for k, (o, v, tids, ranks) in sends.items()
         }
-    except (TypeError, OverflowError):
+    except (TypeError, OverflowError, ValueError):
         raise _NotInts from None
     if any(s[0].min() < 0 for s in flat_sends.values()):
         raise _NotInts
@@ -169,6 +164,66 @@ def _collect(ix: QueueIndex) -> tuple:
     except (TypeError, OverflowError):  # a value sent that is not an int64: the loops will do
         flat_bare = None
     return reads, flat_sends, first_at, g_tid, g_len, bare, flat_bare
+
+
+def _flatten(lists: list[list], n: int) -> np.ndarray:
+    """One key's read lists as one int64 array of n items: offset, value, offset, ...
+
+    Allocated once at its size (no list in between: fresh memory is what costs here);
+    raises _NotInts unless every pair is [offset, value] with an offset >= 0.
+    """
+    items = chain.from_iterable(chain.from_iterable(lists))
+    a = np.fromiter(items, dtype=_I64, count=n)  # ValueError when there are fewer
+    if next(items, None) is not None or (n and a[0::2].min() < 0):  # more items, or see _NotInts
+        raise _NotInts
+    return a
+
+
+def _compact(a: np.ndarray) -> bool:
+    """Whether a's values span so few integers that a table over them beats sorting a."""
+    return len(a) > 0 and int(a.max()) - int(a.min()) < 4 * len(a) + 1024
+
+
+def _first_of_each(v: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of v, sorted, and for each the t at its first occurrence (t ascending)."""
+    if _compact(v):  # values of a key are mostly a run of integers: a table, no sort
+        lo = int(v.min())
+        none = np.iinfo(_I64).max
+        first = np.full(int(v.max()) - lo + 1, none, dtype=_I64)
+        np.minimum.at(first, v - lo, t)  # t ascending: the least is the first
+        at = np.flatnonzero(first != none)
+        return at + lo, first[at]
+    order = np.argsort(v, kind="stable")
+    v, t = v[order], t[order]
+    first = np.empty(len(v), dtype=bool)
+    if len(v):
+        first[0] = True
+        np.not_equal(v[1:], v[:-1], out=first[1:])
+    return v[first], t[first]
+
+
+def _log_of(offs: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]:
+    """A key's log from every (offset, value) seen: its sorted distinct offsets, the value
+    first seen at each, each pair's dense index (None when sorted instead), and whether some
+    offset holds two values."""
+    if _compact(offs):  # offsets of a key are a run of integers: a table, no sort
+        lo = int(offs.min())
+        n = len(offs)
+        first = np.full(int(offs.max()) - lo + 1, n, dtype=_I64)
+        at = offs - lo
+        np.minimum.at(first, at, np.arange(n, dtype=_I64))
+        held = first < n
+        first_values = vals[first[held]]
+        dense = (np.cumsum(held) - 1)[at]
+        return np.flatnonzero(held) + lo, first_values, dense, bool((vals != first_values[dense]).any())
+    order = np.argsort(offs, kind="stable")
+    so, sv = offs[order], vals[order]
+    new = np.empty(len(so), dtype=bool)
+    if len(so):
+        new[0] = True
+        np.not_equal(so[1:], so[:-1], out=new[1:])
+    two = bool((~new[1:] & (sv[1:] != sv[:-1])).any())
+    return so[new], sv[new], None, two
 
 
 def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> dict:
@@ -184,14 +239,7 @@ def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> dict:
             continue
         tids = np.repeat(g_tids, lens)
         okp = ok_t[tids]
-        v, t = vals[okp], tids[okp]
-        order = np.argsort(v, kind="stable")  # t is ascending, so each value's first is its least
-        v, t = v[order], t[order]
-        first = np.empty(len(v), dtype=bool)
-        if len(v):
-            first[0] = True
-            np.not_equal(v[1:], v[:-1], out=first[1:])
-        arrays[k] = v, t = v[first], t[first]
+        arrays[k] = v, t = _first_of_each(vals[okp], tids[okp])
         reads_ok[k] = dict(zip(v.tolist(), t.tolist(), strict=True))
     txns = ix.txns
     first = {k: min(d.values(), default=len(txns)) for k, d in reads_ok.items()}
@@ -249,22 +297,17 @@ def _version_orders(
             offs, vals = np.concatenate((ro, s[0][keep])), np.concatenate((rv, s[1][keep]))
         else:
             offs, vals = ro, rv
-        order = np.argsort(offs, kind="stable")
-        so, sv = offs[order], vals[order]
-        new = np.empty(len(so), dtype=bool)
-        if len(so):
-            new[0] = True
-            np.not_equal(so[1:], so[:-1], out=new[1:])
-        uo = unique[k] = so[new]
+        uo, first_values, dense, two = _log_of(offs, vals)
+        unique[k] = uo
         if reads is not None:
-            groups.place(uo, ro, rv, reads[2], reads[3], key_no[k])
-        if (~new[1:] & (sv[1:] != sv[:-1])).any():  # an offset holding two values
+            groups.place(uo, ro, rv, reads[2], reads[3], key_no[k], None if dense is None else dense[: len(ro)])
+        if two:  # an offset holding two values
             mixed.append(k)
             ix.orders[k] = None  # placeholder: keeps the key order
             logs[k] = None
             continue
-        logs[k] = (uo, sv[new])
-        ix.orders[k] = key_order_sorted(uo.tolist(), logs[k][1].tolist(), {})
+        logs[k] = (uo, first_values)
+        ix.orders[k] = key_order_sorted(uo.tolist(), first_values.tolist(), {})
     if mixed:
         # As the general path does: each offset's values in the order first seen.
         ordered = _pairs_in_order(ix, mixed)
@@ -328,12 +371,15 @@ class _Groups:
         gids: np.ndarray,
         lens: np.ndarray,
         key: int,
+        dense: np.ndarray | None = None,
     ) -> None:
-        """One key's groups; `unique` is its log's sorted offsets, `offs` every read offset."""
+        """One key's groups; `unique` is its log's sorted offsets, `offs` every read offset
+        (`dense`: each one's index in `unique`, if known)."""
         self.key[gids] = key
         if not len(offs):
             return
-        dense = np.searchsorted(unique, offs)
+        if dense is None:
+            dense = np.searchsorted(unique, offs)
         some = lens > 0
         lens = lens[some]
         ends = np.cumsum(lens)

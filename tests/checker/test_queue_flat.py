@@ -44,9 +44,14 @@ def _canon(result: dict) -> str:
 
 @pytest.mark.parametrize("bug", ["none", *BUGS])
 @pytest.mark.parametrize("ww", [True, False])
-def test_numpy_and_general_index_agree(bug: str, ww: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tables", [True, False], ids=["tables", "sorts"])
+def test_numpy_and_general_index_agree(bug: str, ww: bool, tables: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tables`: a key's offsets and values span few integers, so the numpy path looks them
+    up in tables; without, it sorts them (as for values spread far apart)."""
     ops = _history(bug, txn=bug != "reorder", seed=7)
     opts = CheckOptions(txn=True, ww_deps=ww, sub_via="assign" if ww else "subscribe")
+    if not tables:
+        monkeypatch.setattr(queue_flat, "_compact", lambda a: False)
     ix = QueueIndex()
     _gather(ix, ops, None, None)
     assert queue_flat.flat_index(ix), "the numpy path should take an all-integer history"

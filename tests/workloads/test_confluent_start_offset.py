@@ -68,3 +68,25 @@ def test_a_consumer_reads_from_the_start_without_any_offset_lookup(cluster, monk
         c.close()
     lookups = [r.getMessage() for r in caplog.records if "logical offset" in r.getMessage()]
     assert lookups == []
+
+
+def test_the_first_polls_after_assigning_a_new_topic_read_it(cluster):
+    """librdkafka would ask for a newly assigned topic's metadata only at its 1 s scan of
+    unknown topics (~9 empty polls of 100 ms); the adapter asks at the assign."""
+    key = 301
+    writer = Validated(ConfluentClient(op_timeout=15.0))
+    writer.open(cluster.bootstrap_servers)
+    reader = Validated(ConfluentClient(op_timeout=15.0))
+    reader.open(cluster.bootstrap_servers)
+    try:
+        for v in (1, 2):
+            assert writer.invoke(_op("send", [["send", key, v]])).type == OK
+        assert reader.invoke(_op("poll", [["poll"]])).type == OK  # the consumer is up, nothing assigned
+        assert reader.invoke(_op("assign", [key])).type == OK
+        got: list[list[int]] = []
+        for _ in range(3):
+            got += reader.invoke(_op("poll", [["poll"]])).value[0][1].get(str(key), [])
+        assert got == [[0, 1], [1, 2]]
+    finally:
+        writer.close()
+        reader.close()

@@ -28,12 +28,13 @@ of two versions on a shared machine compares best at a rate both sustain. With
 LQ_BROKER_CPROFILE=<dir> in the environment, every broker writes a cProfile of its event
 loop's thread (CPU time) there when it stops (about 3x slower while on).
 
-Measured 1 Dec 2026 (quiet machine, 5 nodes, 20 workers, fresh keys, 30 s x 3 rounds): the
-harness 2,030-2,260 ops/s, raw client calls 2,770-2,880; brokers ~0.5 ms and this process ~0.2
-ms of CPU per op. It is bound by each op's latency, not by CPU: until new topics reported
-"coming up" at topic level (handlers.py), the first sends to every new key waited ~1 s for
-librdkafka's topic scan and took a third of the workers' time. History and figures:
-benchmarks/README.md, "Harness throughput". Usage:
+Measured 1 Dec 2026 (5 nodes, 20 workers, fresh keys, 30 s x 3 rounds, quiet machine): the
+harness 2,250-2,520 ops/s, raw client calls 2,740-3,040; brokers ~0.6 ms and this process ~0.22
+ms of CPU per op, so it is now bound by CPU. Before that it was bound by latency that
+librdkafka's once-a-second topic scan added: the first sends to every new key (until new
+topics reported "coming up" at topic level, handlers.py), then the polls after assigning a
+new key (until the adapter asked for its metadata at the assign, confluent.py). History and
+figures: benchmarks/README.md, "Harness throughput". Usage:
 
     .venv/bin/python benchmarks/bench_harness.py [--workers 20] [--seconds 10] [--cluster lab|local|memory]
 """

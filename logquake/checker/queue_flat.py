@@ -193,12 +193,7 @@ def _first_of_each(v: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray
         np.minimum.at(first, v - lo, t)  # t ascending: the least is the first
         at = np.flatnonzero(first != none)
         return at + lo, first[at]
-    order = np.argsort(v, kind="stable")
-    v, t = v[order], t[order]
-    first = np.empty(len(v), dtype=bool)
-    if len(v):
-        first[0] = True
-        np.not_equal(v[1:], v[:-1], out=first[1:])
+    v, t, first = _by_first(v, t)
     return v[first], t[first]
 
 
@@ -216,14 +211,20 @@ def _log_of(offs: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray,
         first_values = vals[first[held]]
         dense = (np.cumsum(held) - 1)[at]
         return np.flatnonzero(held) + lo, first_values, dense, bool((vals != first_values[dense]).any())
-    order = np.argsort(offs, kind="stable")
-    so, sv = offs[order], vals[order]
-    new = np.empty(len(so), dtype=bool)
-    if len(so):
-        new[0] = True
-        np.not_equal(so[1:], so[:-1], out=new[1:])
+    so, sv, new = _by_first(offs, vals)
     two = bool((~new[1:] & (sv[1:] != sv[:-1])).any())
     return so[new], sv[new], None, two
+
+
+def _by_first(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """a and b ordered by a (stably: equal a keep their order) and where each run of equal a starts."""
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    starts = np.empty(len(a), dtype=bool)
+    if len(a):
+        starts[0] = True
+        np.not_equal(a[1:], a[:-1], out=starts[1:])
+    return a, b, starts
 
 
 def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> dict:

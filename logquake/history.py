@@ -30,6 +30,11 @@ from typing import Any
 from logquake.errors import HistoryFormatError
 from logquake.gcpause import paused_gc
 
+
+def _stdlib_dumps(d: dict[str, Any]) -> str:
+    return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+
+
 try:  # orjson decodes history lines ~3x faster than the stdlib; the checker reads millions
     from orjson import JSONDecodeError as _JSONDecodeError
     from orjson import dumps as _dumps
@@ -39,7 +44,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency, but the format
     _JSONDecodeError = json.JSONDecodeError
 
     def _dumps(d: dict[str, Any]) -> bytes:
-        return json.dumps(d, separators=(",", ":"), ensure_ascii=False).encode()
+        return _stdlib_dumps(d).encode()
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 TYPES = frozenset({INVOKE, OK, FAIL, INFO})
@@ -111,7 +116,7 @@ def _encode_unnumbered(op: Op) -> str:
     try:
         return _dumps(d).decode()
     except TypeError:  # what orjson refuses (a non-str key, an int past 64 bits): the stdlib
-        return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+        return _stdlib_dumps(d)
 
 
 def _numbered(index: int, unnumbered: str) -> str:

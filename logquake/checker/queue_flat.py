@@ -58,8 +58,7 @@ def flat_index(ix: QueueIndex) -> bool:
     g_tid_a = np.asarray(g_tid, dtype=_I64)
     g_len_a = np.asarray(g_len, dtype=_I64)
     per_key = {}  # k -> (offsets, values, group ids, group lengths, op id of each group)
-    for k, (a, gids) in reads.items():
-        flat = a
+    for k, (flat, gids) in reads.items():
         gids_a = np.asarray(gids, dtype=_I64)
         per_key[k] = (flat[0::2], flat[1::2], gids_a, g_len_a[gids_a], g_tid_a[gids_a])
     del reads  # the arrays live on in per_key, which frees each key's once it is placed

@@ -2,13 +2,12 @@
 
 A history's reads are millions of small [offset, value] lists. Walking them in Python,
 even through C helpers (map, zip, dict), touches each several times across a heap of
-gigabytes. Here each key's reads are copied once into one int64 array (offsets and
-values interleaved, in op order, one group per op that read the key), and the first
-reader of each value, the version order and where each op's reads land in it are
-computed as whole-array operations. What they produce is exactly what the general path
-of queue_index.py produces; that path still runs when some offset or value is not a
-64-bit integer (array('q') refuses None, strings, floats and huge ints alike) or some
-offset is negative.
+gigabytes. Here they are copied once, in op order, into one int64 array (offsets and
+values interleaved), split by key with one gather, and the first reader of each value,
+the version order and where each op's reads land in it are computed as whole-array
+operations. What they produce is exactly what the general path of queue_index.py
+produces; that path still runs when some offset or value is not a 64-bit integer
+(array('q') refuses None, strings, floats and huge ints alike) or some offset is negative.
 
 This path leaves Txn.pos and Txn.max_read unset: the analyses that read where each read
 landed (int-poll, process order, realtime lag) take it from `ReadGroups` as arrays.
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from logquake.checker.queue_index import (
-    OK,
+    Gathered,
     QueueIndex,
     _conflicts,
     _pairs_in_order,
@@ -32,7 +31,6 @@ from logquake.checker.queue_index import (
     key_order_sorted,
     txn_columns,
 )
-from logquake.history import FAIL
 
 _I64 = np.int64
 
@@ -43,31 +41,25 @@ class _NotInts(Exception):
     use the general path."""
 
 
-def flat_index(ix: QueueIndex) -> bool:
+def flat_index(ix: QueueIndex, gathered: Gathered) -> bool:
     """Fill ix.reads_ok, ix.orders, Txn.committed and ix.groups; False if not all ints >= 0.
 
-    ix holds the gathered txns (queue_index._gather without pairs). On False nothing in
-    ix was changed that the general path does not set again.
+    ix holds the txns queue_index._gather made, `gathered` what it collected. On False
+    nothing in either was changed that the general path does not set again.
     """
     try:
-        reads, sends, first_at, g_tid, g_len, bare, bare_sends = _collect(ix)
+        per_key, sends, g_tid_a, g_len_a, bare_sends = _arrays(gathered)
     except _NotInts:
         return False
+    first_at, bare = gathered.first_at, gathered.bare_ok
     cols = txn_columns(ix)
     ok_t = cols.ok
-    g_tid_a = np.asarray(g_tid, dtype=_I64)
-    g_len_a = np.asarray(g_len, dtype=_I64)
-    per_key = {}  # k -> (offsets, values, group ids, group lengths, op id of each group)
-    for k, (flat, gids) in reads.items():
-        gids_a = np.asarray(gids, dtype=_I64)
-        per_key[k] = (flat[0::2], flat[1::2], gids_a, g_len_a[gids_a], g_tid_a[gids_a])
-    del reads  # the arrays live on in per_key, which frees each key's once it is placed
     per_key_order = list(per_key)
     first_reader = _first_readers(ix, per_key, ok_t)
     committed = ok_t.copy()
     committed[_commit_info(ix, first_at, np.flatnonzero(cols.info).tolist())] = True
     keys = sorted(first_at, key=first_at.__getitem__)
-    groups = _Groups(len(g_len))
+    groups = _Groups(len(g_len_a))
     key_no = {k: i for i, k in enumerate(per_key_order)}
     logs = _version_orders(ix, keys, per_key, sends, committed, groups, key_no)
     ix.groups = ReadGroups(
@@ -91,82 +83,64 @@ def flat_index(ix: QueueIndex) -> bool:
     return True
 
 
-def _collect(ix: QueueIndex) -> tuple:
-    """One loop over the ops' reads and sends: each key's reads as one int64 array.
-
-    A group is one op's reads of one key; groups are numbered in op order, then in the
-    op's order of keys (the order of Txn.pos). Sends that may join the version order (of
-    ok and info ops, with an offset) are kept per key as (offsets, values, op ids).
-    """
-    groups: dict[Any, tuple[list, list]] = {}  # key -> (read lists, group ids)
-    sends: dict[Any, tuple[list, list, list]] = {}
-    first_at: dict[Any, tuple] = {}  # key -> (op id, rank) where it was first gathered
-    g_tid: list[int] = []
-    g_len: list[int] = []
-    bare = 0  # sends of ok ops without an offset
-    bare_sends: dict[Any, tuple[list, list, list]] = {}  # those of ok and info ops: (values, op ids, ranks)
-    for t in ix.txns:
-        tid = t.id
-        if t.reads:
-            for r, (k, pairs) in enumerate(t.reads.items()):
-                e = groups.get(k)
-                if e is None:
-                    groups[k] = e = ([], [])
-                    first_at.setdefault(k, (tid, r))
-                e[0].append(pairs)
-                e[1].append(len(g_tid))
-                g_tid.append(tid)
-                g_len.append(len(pairs))
-        if t.sends and t.type != FAIL:
-            ok = t.type == OK
-            for r, (k, v, o) in enumerate(t.sends, len(t.reads)):
-                if o is None:
-                    bare += ok
-                    b = bare_sends.get(k)
-                    if b is None:
-                        bare_sends[k] = b = ([], [], [])
-                    b[0].append(v)
-                    b[1].append(tid)
-                    b[2].append(r)
-                    continue
-                s = sends.get(k)
-                if s is None:
-                    sends[k] = s = ([], [], [], [])
-                s[0].append(o)
-                s[1].append(v)
-                s[2].append(tid)
-                s[3].append(r)
-                if ok and k not in first_at:
-                    first_at[k] = (tid, r)
-    reads: dict[Any, tuple[np.ndarray, list]] = {}
+def _arrays(g: Gathered) -> tuple:
+    """What _gather collected, as int64 arrays: each key's reads (see _by_key), the sends
+    per key as (offsets, values, op ids, ranks), the op id and length of each group, and
+    the sends without an offset per key as (values, op ids, ranks)."""
+    lists = g.read_lists
+    g_len = np.fromiter(map(len, lists), dtype=_I64, count=len(lists))
+    g_tid = np.asarray(g.group_tid, dtype=_I64)
     try:
-        for k, (lists, gids) in groups.items():
-            reads[k] = (_flatten(lists, 2 * sum(g_len[g] for g in gids)), gids)
-        flat_sends = {
+        # In op order, the order the pairs lie in memory: per key it was 1.5x slower.
+        flat = _flatten(lists, 2 * int(g_len.sum()))
+        sends = {
             k: (
                 np.frombuffer(array("q", o), dtype=_I64),
                 np.frombuffer(array("q", v), dtype=_I64),
                 np.asarray(tids, dtype=_I64),
                 np.asarray(ranks, dtype=_I64),
             )
-            for k, (o, v, tids, ranks) in sends.items()
+            for k, (o, v, tids, ranks) in g.sends.items()
         }
     except (TypeError, OverflowError, ValueError):
         raise _NotInts from None
-    if any(s[0].min() < 0 for s in flat_sends.values()):
+    if any(s[0].min() < 0 for s in sends.values()):
         raise _NotInts
     try:
-        flat_bare: dict | None = {
+        bare: dict | None = {
             k: (np.frombuffer(array("q", v), dtype=_I64), np.asarray(t, dtype=_I64), np.asarray(r, dtype=_I64))
-            for k, (v, t, r) in bare_sends.items()
+            for k, (v, t, r) in g.bare_sends.items()
         }
     except (TypeError, OverflowError):  # a value sent that is not an int64: the loops will do
-        flat_bare = None
-    return reads, flat_sends, first_at, g_tid, g_len, bare, flat_bare
+        bare = None
+    per_key = _by_key(flat, np.asarray(g.group_key, dtype=_I64), g_len, g_tid, list(g.key_no))
+    return per_key, sends, g_tid, g_len, bare
+
+
+def _by_key(flat: np.ndarray, g_key: np.ndarray, g_len: np.ndarray, g_tid: np.ndarray, keys: list) -> dict:
+    """Every group's pairs (`flat`, in group order) split by key: k -> (offsets, values,
+    group ids, group lengths, op id of each group), each key's groups in op order."""
+    gids = np.argsort(g_key, kind="stable")  # by key, then in op order
+    lens = g_len[gids]
+    # Where each group's pairs start in `flat`, and in the output: one index per pair.
+    src = np.cumsum(g_len) - g_len
+    dst = np.cumsum(lens) - lens
+    at = np.repeat(src[gids] - dst, lens) + np.arange(len(flat) // 2, dtype=_I64)
+    offs, vals = flat[0::2][at], flat[1::2][at]
+    del at
+    g_end = np.cumsum(np.bincount(g_key, minlength=len(keys)))
+    p_end = np.cumsum(lens)[g_end - 1] if len(lens) else g_end
+    out = {}
+    g0 = p0 = 0
+    for k, g1, p1 in zip(keys, g_end.tolist(), p_end.tolist(), strict=True):
+        ids = gids[g0:g1]
+        out[k] = (offs[p0:p1], vals[p0:p1], ids, lens[g0:g1], g_tid[ids])
+        g0, p0 = g1, p1
+    return out
 
 
 def _flatten(lists: list[list], n: int) -> np.ndarray:
-    """One key's read lists as one int64 array of n items: offset, value, offset, ...
+    """Read lists as one int64 array of n items: offset, value, offset, ...
 
     Allocated once at its size (no list in between: fresh memory is what costs here);
     raises _NotInts unless every pair is [offset, value] with an offset >= 0.

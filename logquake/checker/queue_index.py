@@ -92,15 +92,12 @@ def key_of(k: Any) -> Any:
     return k
 
 
-def parse_mops(
-    value: Any, keys: dict | None = None, tid: int = -1, gather: tuple | None = None
-) -> tuple[list, dict]:
+def parse_mops(value: Any, keys: dict | None = None, tid: int = -1, gather: Gathered | None = None) -> tuple[list, dict]:
     """(sends, reads) of an op's micro-ops; unfinished micro-ops carry no result.
 
     A key's read pairs are the op's own list when one poll read it (no copy: the reads
     are most of a history's memory), a new list when several did. `keys` caches key_of.
-    `gather` = (pairs_of, first_at): also append the reads to each key's pairs, noting
-    where a key was first seen as (op id `tid`, rank), in the same loop.
+    `gather`: also add each of the op's reads of a key (a group) to it, in the same loop.
     """
     sends: list = []
     reads: dict = {}
@@ -108,7 +105,9 @@ def parse_mops(
         return _NO_SENDS, _NO_READS
     if keys is None:
         keys = {}
-    pairs_of, first_at = gather if gather is not None else (None, None)
+    if gather is not None:
+        lists, g_key, g_tid, key_no = gather.read_lists, gather.group_key, gather.group_tid, gather.key_no
+        base = len(lists)
     for mop in value:
         f = mop[0]
         if f == "send":
@@ -126,15 +125,44 @@ def parse_mops(
                 if k is None:
                     k = keys[ks] = key_of(ks)
                 got = reads.get(k)
-                reads[k] = pairs if got is None else got + pairs
-                if pairs_of is None:
+                if got is not None:  # a second poll of k in this op: one group still
+                    reads[k] = got + pairs
+                    if gather is not None:
+                        lists[base + list(reads).index(k)] = reads[k]
                     continue
-                all_pairs = pairs_of.get(k)
-                if all_pairs is None:
-                    pairs_of[k] = all_pairs = []
-                    first_at[k] = (tid, len(reads) - 1 if got is None else list(reads).index(k))
-                all_pairs.extend(pairs)
+                reads[k] = pairs
+                if gather is None:
+                    continue
+                n = key_no.get(k)
+                if n is None:
+                    n = key_no[k] = len(key_no)
+                    gather.first_at.setdefault(k, (tid, len(reads) - 1))
+                lists.append(pairs)
+                g_key.append(n)
+                g_tid.append(tid)
     return sends or _NO_SENDS, reads or _NO_READS
+
+
+@dataclass(slots=True)
+class Gathered:
+    """What _gather collects for the version orders, in op order, as it meets each op.
+
+    A group is one op's reads of one key. Groups are numbered in op order, then in the
+    op's order of keys (the order of Txn.reads).
+    """
+
+    read_lists: list = field(default_factory=list)  # each group's pairs
+    group_key: list[int] = field(default_factory=list)  # its key's number (in key_no)
+    group_tid: list[int] = field(default_factory=list)  # its op's id
+    key_no: dict = field(default_factory=dict)  # key -> number, numbered in the order first read
+    # key -> (op id, rank among the op's reads then sends) of its first read, or first
+    # send of an ok op with an offset, whichever came first
+    first_at: dict = field(default_factory=dict)
+    # key -> ([offset], [value], [op id], [rank]): sends with an offset of ok and info ops
+    sends: dict = field(default_factory=dict)
+    # key -> ([value], [op id], [rank]): those without an offset
+    bare_sends: dict = field(default_factory=dict)
+    bare_ok: int = 0  # sends of ok ops without an offset
 
 
 @dataclass(slots=True)
@@ -229,21 +257,22 @@ def txn_columns(ix: QueueIndex) -> TxnColumns:
 def build_index(ops: list[Op]) -> QueueIndex:
     """Index a history (completion order, as recorded).
 
-    Three passes over the reads, each touching a read pair once or twice in C: gathering
-    (one loop over the ops), who read each value first (ok ops, backwards), and where
-    each op's reads of a key land in the version order (`Txn.pos`).
+    One loop over the ops (_gather) parses them and collects every read and send; the
+    numpy path (queue_flat) does the rest on arrays. The general path makes three more
+    passes over the reads, each touching a read pair once or twice in C: each key's pairs,
+    who read each value first (ok ops, backwards), and where each op's reads of a key land
+    in the version order (`Txn.pos`).
     """
     from logquake.checker.queue_flat import flat_index  # here: it imports this module
 
     ix = QueueIndex()
-    _gather(ix, ops, None, None)
-    if flat_index(ix):
+    gathered = _gather(ix, ops)
+    if flat_index(ix, gathered):
         return ix
-    # Some offset or value is not a 64-bit integer: the general path, from the start.
-    ix = QueueIndex()
-    pairs_of: dict[Any, list] = {}  # key -> every (offset, value) seen, for the version order
-    first_at: dict[Any, tuple] = {}
-    _gather(ix, ops, pairs_of, first_at)
+    # Some offset or value is not a 64-bit integer: the general path.
+    first_at = gathered.first_at
+    del gathered
+    pairs_of = _pairs_of(ix, first_at)
     _first_reads(ix)
     pairs_of = _commit_info(ix, pairs_of, first_at)
     _version_orders(ix, pairs_of)
@@ -252,12 +281,26 @@ def build_index(ops: list[Op]) -> QueueIndex:
     return ix
 
 
-def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, first_at: dict | None) -> None:
-    """The one loop over the ops: txns, events, writers, and (unless None) the pairs of every key."""
+def _pairs_of(ix: QueueIndex, first_at: dict) -> dict[Any, list]:
+    """key -> every (offset, value) that ok ops sent and any op read, in op order; keys in
+    the order first gathered (first_at)."""
+    pairs_of: dict[Any, list] = {k: [] for k in sorted(first_at, key=first_at.__getitem__)}
+    for t in ix.txns:
+        for k, pairs in t.reads.items():
+            pairs_of[k].extend(pairs)
+        if t.committed:
+            for k, v, o in t.sends:
+                if o is not None:
+                    pairs_of[k].append((o, v))
+    return pairs_of
+
+
+def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
+    """The one loop over the ops: txns, events, writers, and every key's reads and sends."""
     in_flight: dict[Any, Op] = {}
     keys: dict = {}
     txns, events, writer_of, failed = ix.txns, ix.events, ix.writer_of, ix.failed_writes
-    gather = (pairs_of, first_at) if pairs_of is not None else None
+    gather = Gathered()
     client = 0
     # Columns for txn_columns, while each op is at hand (read back later, they are cold memory).
     c_kind: list[int] = []  # _KIND[type] + 1 if f is send
@@ -294,7 +337,7 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, fir
                 pn = proc_no[p] = len(proc_no)
             c_proc.append(pn)
             if sends:
-                _add_sends(t, writer_of, failed, pairs_of, first_at)
+                _add_sends(t, writer_of, failed, gather)
         elif f in SUB_FS and (typ == OK or typ == INFO):
             events.append(op)
             ix.subs.append((len(txns), op))
@@ -321,28 +364,45 @@ def _gather(ix: QueueIndex, ops: list[Op], pairs_of: dict[Any, list] | None, fir
             c_index.append(inv.index)
             c_inv_index.append(inv.index)
             c_proc.append(proc_no.setdefault(inv.process, len(proc_no)))
-            _add_sends(t, writer_of, failed, pairs_of, first_at)
+            _add_sends(t, writer_of, failed, gather)
     ix.columns = (c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, proc_no)
+    return gather
 
 
 _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
 
 
-def _add_sends(t: Txn, writer_of: dict, failed: dict, pairs_of: dict | None, first_at: dict | None) -> None:
+def _add_sends(t: Txn, writer_of: dict, failed: dict, gather: Gathered) -> None:
     """Gather one op's sends (after its reads, as its rank in `first_at` says)."""
+    tid, typ = t.id, t.type
     for r, (k, v, o) in enumerate(t.sends, len(t.reads)):
         w = writer_of.get(k)
         if w is None:
             writer_of[k] = w = {}
         w[v] = t
-        if t.type == FAIL:
+        if typ == FAIL:
             failed.setdefault(k, set()).add(v)
-        elif t.committed and o is not None and pairs_of is not None:
-            got = pairs_of.get(k)
-            if got is None:
-                pairs_of[k] = got = []
-                first_at[k] = (t.id, r)
-            got.append((o, v))
+            continue
+        if o is None:
+            gather.bare_ok += typ == OK
+            b = gather.bare_sends.get(k)
+            if b is None:
+                gather.bare_sends[k] = b = ([], [], [])
+            b[0].append(v)
+            b[1].append(tid)
+            b[2].append(r)
+            continue
+        s = gather.sends.get(k)
+        if s is None:
+            gather.sends[k] = s = ([], [], [], [])
+        s[0].append(o)
+        s[1].append(v)
+        s[2].append(tid)
+        s[3].append(r)
+        if typ == OK:
+            at = gather.first_at.get(k)
+            if at is None or (tid, r) < at:
+                gather.first_at[k] = (tid, r)
 
 
 def _first_reads(ix: QueueIndex) -> None:

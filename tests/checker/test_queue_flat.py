@@ -53,10 +53,9 @@ def test_numpy_and_general_index_agree(bug: str, ww: bool, tables: bool, monkeyp
     if not tables:
         monkeypatch.setattr(queue_flat, "_compact", lambda a: False)
     ix = QueueIndex()
-    _gather(ix, ops, None, None)
-    assert queue_flat.flat_index(ix), "the numpy path should take an all-integer history"
+    assert queue_flat.flat_index(ix, _gather(ix, ops)), "the numpy path should take an all-integer history"
     fast = check_history(ops, opts)
-    monkeypatch.setattr(queue_flat, "flat_index", lambda ix: False)
+    monkeypatch.setattr(queue_flat, "flat_index", lambda ix, gathered: False)
     general = check_history(ops, opts)
     assert _canon(fast) == _canon(general)
 
@@ -64,7 +63,7 @@ def test_numpy_and_general_index_agree(bug: str, ww: bool, tables: bool, monkeyp
 def test_general_path_takes_values_that_are_not_integers(monkeypatch: pytest.MonkeyPatch) -> None:
     taken = []
     real = queue_flat.flat_index
-    monkeypatch.setattr(queue_flat, "flat_index", lambda ix: taken.append(real(ix)) or taken[-1])
+    monkeypatch.setattr(queue_flat, "flat_index", lambda ix, g: taken.append(real(ix, g)) or taken[-1])
 
     def op(i: int, p: int, typ: str, value: list) -> Op:
         return Op(index=i, time=i, process=p, type=typ, f="txn", value=value)
@@ -140,7 +139,7 @@ def test_read_order_and_lag_from_arrays_match_the_loops(seed: int, monkeypatch: 
     opts = CheckOptions(txn=True, ww_deps=seed % 2 == 0)
     fast = check_history(ops, opts)
     assert fast["worst_realtime_lag"]["lag"] > 0
-    monkeypatch.setattr(queue_flat, "flat_index", lambda ix: False)
+    monkeypatch.setattr(queue_flat, "flat_index", lambda ix, gathered: False)
     general = check_history(ops, opts)
     assert _canon(fast) == _canon(general)
     if seed < 2:  # the odd reads make these fire (seeds checked once, kept as examples)
@@ -155,8 +154,7 @@ def test_negative_offsets_take_the_general_path() -> None:
         Op(index=3, time=3, process=1, type="ok", f="txn", value=[["poll", {"1": [[-1, 5]]}]]),
     ]
     ix = QueueIndex()
-    _gather(ix, ops, None, None)
-    assert not queue_flat.flat_index(ix)
+    assert not queue_flat.flat_index(ix, _gather(ix, ops))
     ix = build_index(ops)
     assert ix.groups is None and ix.txns[1].max_read == {1: -1}
     assert check_history(ops)["valid"] is True
@@ -198,7 +196,7 @@ def test_lag_of_runs_an_assign_ends_or_starts(
 ) -> None:
     ops = _lag_history(poll_after_assign)
     assert check_history(ops)["worst_realtime_lag"] == pytest.approx(want)
-    monkeypatch.setattr(queue_flat, "flat_index", lambda ix: False)
+    monkeypatch.setattr(queue_flat, "flat_index", lambda ix, gathered: False)
     assert check_history(ops)["worst_realtime_lag"] == pytest.approx(want)
 
 

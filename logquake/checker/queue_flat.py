@@ -48,7 +48,7 @@ def flat_index(ix: QueueIndex, gathered: Gathered) -> bool:
     nothing in either was changed that the general path does not set again.
     """
     try:
-        per_key, sends, g_tid_a, g_len_a, bare_sends = _arrays(gathered)
+        per_key, sends, g_tid_a, g_len_a, bare_sends = _arrays(gathered, len(ix.txns))
     except _NotInts:
         return False
     first_at, bare = gathered.first_at, gathered.bare_ok
@@ -83,24 +83,30 @@ def flat_index(ix: QueueIndex, gathered: Gathered) -> bool:
     return True
 
 
-def _arrays(g: Gathered) -> tuple:
+def _arrays(g: Gathered, n_txns: int) -> tuple:
     """What _gather collected, as int64 arrays: each key's reads (see _by_key), the sends
     per key as (offsets, values, op ids, ranks), the op id and length of each group, and
-    the sends without an offset per key as (values, op ids, ranks)."""
+    the sends without an offset per key as (values, op ids, ranks).
+
+    A send's rank is its place among the op's reads then sends (the order of Txn.pos, then
+    Txn.sends): its place among the sends after as many as the op's reads.
+    """
     lists = g.read_lists
     g_len = np.fromiter(map(len, lists), dtype=_I64, count=len(lists))
     g_tid = np.asarray(g.group_tid, dtype=_I64)
+    n_reads = np.bincount(g_tid, minlength=n_txns)  # an op's groups: one per key it read
+
+    def op_ids_and_ranks(tids: list, places: list) -> tuple[np.ndarray, np.ndarray]:
+        t = np.asarray(tids, dtype=_I64)
+        return t, np.asarray(places, dtype=_I64) + n_reads[t]
+
     try:
         # In op order, the order the pairs lie in memory: per key it was 1.5x slower.
         flat = _flatten(lists, 2 * int(g_len.sum()))
         sends = {
-            k: (
-                np.frombuffer(array("q", o), dtype=_I64),
-                np.frombuffer(array("q", v), dtype=_I64),
-                np.asarray(tids, dtype=_I64),
-                np.asarray(ranks, dtype=_I64),
-            )
-            for k, (o, v, tids, ranks) in g.sends.items()
+            k: (np.frombuffer(array("q", o), dtype=_I64), np.frombuffer(array("q", v), dtype=_I64))
+            + op_ids_and_ranks(tids, places)
+            for k, (o, v, tids, places) in g.sends.items()
         }
     except (TypeError, OverflowError, ValueError):
         raise _NotInts from None
@@ -108,8 +114,8 @@ def _arrays(g: Gathered) -> tuple:
         raise _NotInts
     try:
         bare: dict | None = {
-            k: (np.frombuffer(array("q", v), dtype=_I64), np.asarray(t, dtype=_I64), np.asarray(r, dtype=_I64))
-            for k, (v, t, r) in g.bare_sends.items()
+            k: (np.frombuffer(array("q", v), dtype=_I64), *op_ids_and_ranks(t, places))
+            for k, (v, t, places) in g.bare_sends.items()
         }
     except (TypeError, OverflowError):  # a value sent that is not an int64: the loops will do
         bare = None

@@ -92,22 +92,23 @@ def key_of(k: Any) -> Any:
     return k
 
 
-def parse_mops(value: Any, keys: dict | None = None, tid: int = -1, gather: Gathered | None = None) -> tuple[list, dict]:
-    """(sends, reads) of an op's micro-ops; unfinished micro-ops carry no result.
+def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed: dict) -> None:
+    """Set t.sends and t.reads from its micro-ops (unfinished ones carry no result), and
+    gather them into g, writer_of and failed in the same loop.
 
     A key's read pairs are the op's own list when one poll read it (no copy: the reads
     are most of a history's memory), a new list when several did. `keys` caches key_of.
-    `gather`: also add each of the op's reads of a key (a group) to it, in the same loop.
+    Sends are gathered with their place among the op's sends: _arrays adds the number of
+    the op's reads to make it the rank among reads-then-sends, known only at the end.
     """
+    if not isinstance(value, list):
+        return
+    tid, typ = t.id, t.type
     sends: list = []
     reads: dict = {}
-    if not isinstance(value, list):
-        return _NO_SENDS, _NO_READS
-    if keys is None:
-        keys = {}
-    if gather is not None:
-        lists, g_key, g_tid, key_no = gather.read_lists, gather.group_key, gather.group_tid, gather.key_no
-        base = len(lists)
+    lists, g_key, g_tid, key_no, first_at = g.read_lists, g.group_key, g.group_tid, g.key_no, g.first_at
+    base = len(lists)
+    new_keys = None  # (key, place) of ok sends to keys not gathered yet
     for mop in value:
         f = mop[0]
         if f == "send":
@@ -116,9 +117,36 @@ def parse_mops(value: Any, keys: dict | None = None, tid: int = -1, gather: Gath
                 k = keys[mop[1]] = key_of(mop[1])
             x = mop[2] if len(mop) > 2 else None
             if type(x) is list:
-                sends.append((k, x[1], x[0]))
+                o, v = x[0], x[1]
             else:
-                sends.append((k, x, None))
+                o, v = None, x
+            place = len(sends)
+            sends.append((k, v, o))
+            w = writer_of.get(k)
+            if w is None:
+                writer_of[k] = w = {}
+            w[v] = t
+            if typ == FAIL:
+                failed.setdefault(k, set()).add(v)
+                continue
+            if o is None:
+                g.bare_ok += typ == OK
+                b = g.bare_sends.get(k)
+                if b is None:
+                    g.bare_sends[k] = b = ([], [], [])
+                b[0].append(v)
+                b[1].append(tid)
+                b[2].append(place)
+                continue
+            e = g.sends.get(k)
+            if e is None:
+                g.sends[k] = e = ([], [], [], [])
+            e[0].append(o)
+            e[1].append(v)
+            e[2].append(tid)
+            e[3].append(place)
+            if typ == OK and k not in first_at:
+                new_keys = [*(new_keys or ()), (k, place)]
         elif f == "poll" and len(mop) > 1 and mop[1]:
             for ks, pairs in mop[1].items():
                 k = keys.get(ks)
@@ -126,21 +154,21 @@ def parse_mops(value: Any, keys: dict | None = None, tid: int = -1, gather: Gath
                     k = keys[ks] = key_of(ks)
                 got = reads.get(k)
                 if got is not None:  # a second poll of k in this op: one group still
-                    reads[k] = got + pairs
-                    if gather is not None:
-                        lists[base + list(reads).index(k)] = reads[k]
+                    lists[base + list(reads).index(k)] = reads[k] = got + pairs
                     continue
                 reads[k] = pairs
-                if gather is None:
-                    continue
                 n = key_no.get(k)
                 if n is None:
                     n = key_no[k] = len(key_no)
-                    gather.first_at.setdefault(k, (tid, len(reads) - 1))
+                    first_at.setdefault(k, (tid, len(reads) - 1))
                 lists.append(pairs)
                 g_key.append(n)
                 g_tid.append(tid)
-    return sends or _NO_SENDS, reads or _NO_READS
+    if new_keys:  # reads rank before sends, whatever the order of the micro-ops
+        for k, place in new_keys:
+            first_at.setdefault(k, (tid, len(reads) + place))
+    t.sends = sends or _NO_SENDS
+    t.reads = reads or _NO_READS
 
 
 @dataclass(slots=True)
@@ -158,9 +186,10 @@ class Gathered:
     # key -> (op id, rank among the op's reads then sends) of its first read, or first
     # send of an ok op with an offset, whichever came first
     first_at: dict = field(default_factory=dict)
-    # key -> ([offset], [value], [op id], [rank]): sends with an offset of ok and info ops
+    # key -> ([offset], [value], [op id], [place among the op's sends]): sends with an
+    # offset of ok and info ops
     sends: dict = field(default_factory=dict)
-    # key -> ([value], [op id], [rank]): those without an offset
+    # key -> ([value], [op id], [place]): those without an offset
     bare_sends: dict = field(default_factory=dict)
     bare_ok: int = 0  # sends of ok ops without an offset
 
@@ -323,8 +352,8 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
         f = op.f
         if f in QUEUE_FS:
             value = op.value if op.value is not None else (inv.value if inv is not None else None)
-            sends, reads = parse_mops(value, keys, len(txns), gather)
-            t = Txn(len(txns), op, inv, sends, reads)
+            t = Txn(len(txns), op, inv, _NO_SENDS, _NO_READS)
+            _parse(t, value, keys, gather, writer_of, failed)
             txns.append(t)
             events.append(t)
             c_kind.append(_KIND[typ] + (f == "send"))
@@ -336,8 +365,6 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
             if pn is None:
                 pn = proc_no[p] = len(proc_no)
             c_proc.append(pn)
-            if sends:
-                _add_sends(t, writer_of, failed, gather)
         elif f in SUB_FS and (typ == OK or typ == INFO):
             events.append(op)
             ix.subs.append((len(txns), op))
@@ -345,7 +372,6 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
     # An op that never completed is indeterminate: Jepsen reads it as info.
     for inv in in_flight.values():
         if inv.f in QUEUE_FS:
-            sends, reads = parse_mops(inv.value, keys, len(txns), gather)
             comp = Op(
                 index=inv.index,
                 time=inv.time,
@@ -355,7 +381,8 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
                 value=inv.value,
                 extra={"error": "never completed"},
             )
-            t = Txn(len(txns), comp, inv, sends, reads)
+            t = Txn(len(txns), comp, inv, _NO_SENDS, _NO_READS)
+            _parse(t, inv.value, keys, gather, writer_of, failed)
             txns.append(t)
             events.append(t)
             c_kind.append(_KIND[INFO] + (inv.f == "send"))
@@ -364,45 +391,11 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
             c_index.append(inv.index)
             c_inv_index.append(inv.index)
             c_proc.append(proc_no.setdefault(inv.process, len(proc_no)))
-            _add_sends(t, writer_of, failed, gather)
     ix.columns = (c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, proc_no)
     return gather
 
 
 _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
-
-
-def _add_sends(t: Txn, writer_of: dict, failed: dict, gather: Gathered) -> None:
-    """Gather one op's sends (after its reads, as its rank in `first_at` says)."""
-    tid, typ = t.id, t.type
-    for r, (k, v, o) in enumerate(t.sends, len(t.reads)):
-        w = writer_of.get(k)
-        if w is None:
-            writer_of[k] = w = {}
-        w[v] = t
-        if typ == FAIL:
-            failed.setdefault(k, set()).add(v)
-            continue
-        if o is None:
-            gather.bare_ok += typ == OK
-            b = gather.bare_sends.get(k)
-            if b is None:
-                gather.bare_sends[k] = b = ([], [], [])
-            b[0].append(v)
-            b[1].append(tid)
-            b[2].append(r)
-            continue
-        s = gather.sends.get(k)
-        if s is None:
-            gather.sends[k] = s = ([], [], [], [])
-        s[0].append(o)
-        s[1].append(v)
-        s[2].append(tid)
-        s[3].append(r)
-        if typ == OK:
-            at = gather.first_at.get(k)
-            if at is None or (tid, r) < at:
-                gather.first_at[k] = (tid, r)
 
 
 def _first_reads(ix: QueueIndex) -> None:

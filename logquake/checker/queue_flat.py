@@ -213,6 +213,7 @@ def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> dict:
     """
     reads_ok: dict[Any, dict] = {}
     arrays: dict[Any, tuple] = {}
+    op_id = [t.id for t in ix.txns].__getitem__  # the ids' own int objects, not a copy per value
     for k, (_, vals, _, lens, g_tids) in per_key.items():
         # Keys some ok op read (even an empty list of pairs), as queue_index does.
         if not ok_t[g_tids].any():
@@ -220,7 +221,7 @@ def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> dict:
         tids = np.repeat(g_tids, lens)
         okp = ok_t[tids]
         arrays[k] = v, t = _first_of_each(vals[okp], tids[okp])
-        reads_ok[k] = dict(zip(v.tolist(), t.tolist(), strict=True))
+        reads_ok[k] = dict(zip(v.tolist(), map(op_id, t.tolist()), strict=True))
     txns = ix.txns
     first = {k: min(d.values(), default=len(txns)) for k, d in reads_ok.items()}
     order = sorted(reads_ok, key=lambda k: (first[k], _rank(txns, first[k], k)))

@@ -550,9 +550,10 @@ def _key_order(log: dict[int, Any], conflicts: dict[int, list]) -> KeyOrder:
 def key_order_sorted(offsets: list[int], values: list[Any], conflicts: dict[int, list]) -> KeyOrder:
     """A KeyOrder from a key's offsets (sorted, distinct) and the value at each."""
     n = len(offsets)
-    index_of_offset = dict(zip(offsets, range(n), strict=True))
+    dense = list(range(n))  # one int object per index, shared by both dicts
+    index_of_offset = dict(zip(offsets, dense, strict=True))
     if not conflicts and len(set(values)) == n:  # the common case: no duplicates
-        first = dict(zip(values, range(n), strict=True))
+        first = dict(zip(values, dense, strict=True))
         return KeyOrder(
             offsets=offsets,
             values=values,

@@ -81,14 +81,14 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
         out.stats["largest_component"] = max((len(c) for c in comps), default=0)
         for comp in comps:
             g = component_graph(ix, opts, comp)
+            out_types = _out_types(g)
             present = 0
-            for nbrs in g.values():
-                for e in nbrs.values():
-                    present |= e[0]
+            for types in out_types.values():
+                present |= types
             for name, allowed, required in SPECS:
                 if present & required != required:
                     continue
-                path = shortest_cycle(g, allowed, required, deadline)
+                path = shortest_cycle(g, allowed, required, deadline, out_types)
                 if path is not None:
                     # Keep the path's own edges, not the component's graph.
                     whys = [g[a][path[(i + 1) % len(path)][0]][1][rel] for i, (a, rel) in enumerate(path)]
@@ -392,14 +392,30 @@ def _realtime_pairs(members: list[Txn]) -> list[tuple[Txn, Txn]]:
     return pairs
 
 
-def shortest_cycle(g: Graph, allowed: int, required: int, deadline: float) -> list | None:
+def _out_types(g: Graph) -> dict[int, int]:
+    """Each node's edge types out, together (in g's order)."""
+    out = {}
+    for u, nbrs in g.items():
+        types = 0
+        for e in nbrs.values():
+            types |= e[0]
+        out[u] = types
+    return out
+
+
+def shortest_cycle(
+    g: Graph, allowed: int, required: int, deadline: float, out_types: dict[int, int] | None = None
+) -> list | None:
     """The shortest cycle using only `allowed` edge types and every `required` one.
 
     Returns [(node, rel used to reach the next node), ...] or None. BFS over states
-    (node, edge types used so far) from up to MAX_STARTS roots.
+    (node, edge types used so far) from up to MAX_STARTS roots. `out_types`: _out_types(g),
+    when the caller has it (one pass for every type of cycle searched).
     """
     want = required & allowed
-    roots = [u for u, nbrs in g.items() if any(e[0] & want for e in nbrs.values())]
+    if out_types is None:
+        out_types = _out_types(g)
+    roots = [u for u, types in out_types.items() if types & want]
     best: list | None = None
     for root in roots[:MAX_STARTS]:
         if time.monotonic() > deadline:

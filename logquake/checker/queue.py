@@ -889,7 +889,12 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     # touching fresh pages, which cost this stage more than its arithmetic.
     del tid_parts, key_parts, off_parts, rank_parts
     live = ~fail[T]
-    T, K, Of, R = T[live], K[live], Of[live], R[live]
+    # One array at a time (here and below): a tuple assignment would hold every old and
+    # new array at once, and this stage's peak of fresh memory is what it pays for.
+    T = T[live]
+    K = K[live]
+    Of = Of[live]
+    R = R[live]
     nk = max(len(keys), 1)
     # expired: per key, the running maximum of offsets in op order; the first op where it
     # reaches q is the one whose time expired[k][q] holds.
@@ -948,9 +953,15 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
         state_rank[pn] = min(int(state_rank[pn]), evs[0][0])
     # Steps that touch a key: one per (op, key), the highest offset and the least rank.
     m = poll[T]
-    T, K, Of, R = T[m], K[m], Of[m], R[m]
+    T = T[m]
+    K = K[m]
+    Of = Of[m]
+    R = R[m]
     order = np.argsort(T * nk + K, kind="stable")
-    T, K, Of, R = T[order], K[order], Of[order], R[order]
+    T = T[order]
+    K = K[order]
+    Of = Of[order]
+    R = R[order]
     code = T * nk + K
     new = np.ones(len(code), dtype=bool)
     new[1:] = code[1:] != code[:-1]
@@ -961,7 +972,12 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     del m, code, new, at
     P = proc[T]
     order = np.argsort(P * nk + K, kind="stable")  # per (process, key), in op order
-    T, K, Of, R, P = T[order], K[order], Of[order], R[order], P[order]
+    T = T[order]
+    K = K[order]
+    Of = Of[order]
+    R = R[order]
+    P = P[order]
+    del order
     S = seq_of[T]
     E = ev_of_tid[T]
     # Epoch: how many ok assign/subscribe ops of its process came before the step.
@@ -972,6 +988,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
         first_x = np.searchsorted(xk, P * (n + 1), side="left")
         epoch = np.searchsorted(xk, P * (n + 1) + S - 1, side="right") - first_x
     pair = np.ones(len(T), dtype=bool)
+    del T, seq_of, ev_of_tid  # (their parts for the steps are in P, S and E)
     pair[1:] = (P[1:] != P[:-1]) | (K[1:] != K[:-1])
     block = pair.copy()
     block[1:] |= epoch[1:] != epoch[:-1]
@@ -1031,6 +1048,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
         R[b_at].tolist(),
         b_max.tolist(),
     )
+    del pair, epoch, b_max
     seen_pairs: dict[int, set] = {}
     st: list | None = None
     cur = 0
@@ -1074,12 +1092,15 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
         vals, rank = np.unique(w, return_inverse=True)
         rank = rank.reshape(-1).astype(i64)
         run_max = vals[np.maximum.accumulate(bid * len(vals) + rank) - bid * len(vals)]
+    del w, bid
     j = np.flatnonzero(~block)
+    del block
     j = j[Of[j] > run_max[j - 1]]
     cP = np.concatenate((P[j], np.asarray([c[0] for c in cands], dtype=i64)))
     cS = np.concatenate((S[j] - 1, np.asarray([c[1] for c in cands], dtype=i64)))
     cK = np.concatenate((K[j], np.asarray([c[2] for c in cands], dtype=i64)))
     cQ = np.concatenate((run_max[j - 1] + 1, np.asarray([c[3] for c in cands], dtype=i64)))
+    del P, S, K, Of, run_max
     good = (cQ <= max_off[cK]) & (cS >= 1)
     none = {"time": 0.0, "lag": 0.0, "process": None, "key": None}
     if not good.any():

@@ -259,7 +259,7 @@ def precommitted_read_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, lis
             continue
         for k, v, _ in t.sends:
             pairs = t.reads.get(k)
-            if pairs and any(p[1] == v for p in pairs):
+            if pairs and v in map(_second, pairs):  # (a C loop, not a generator)
                 errs.append(
                     {
                         "key": k,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -428,41 +427,51 @@ def shortest_cycle(
     return best
 
 
+_TYPE_BITS = 4  # edge types fit in 4 bits (WW..REALTIME): a state is node << 4 | types
+
+
 def _bfs_cycle(g: Graph, root: int, allowed: int, required: int, best: list | None) -> list | None:
+    """The shortest cycle through root using `required`, shorter than `best` if given.
+
+    BFS over states (node, edge types used so far), one level at a time (the order of a
+    FIFO queue), each edge type tried lowest bit first. States are ints, node << 4 | types:
+    hashing and storing them is cheaper than tuples, and most searches are tiny.
+    """
     limit = len(best) if best is not None else None
-    start = (root, 0)
-    parent: dict[tuple, tuple | None] = {start: None}
-    depth = {start: 0}
-    q = deque([start])
-    while q:
-        state = q.popleft()
-        node, mask = state
-        if limit is not None and depth[state] + 1 >= limit:
+    start = root << _TYPE_BITS
+    parent: dict[int, int] = {start: -1}  # state -> previous state << 4 | the edge's type
+    level = [start]
+    depth = 0
+    while level:
+        if limit is not None and depth + 1 >= limit:
             return None
-        for nbr, e in g[node].items():
-            rels = e[0] & allowed
-            bit = 1
-            while rels:
-                if rels & bit:
-                    rels &= ~bit
+        next_level = []
+        for state in level:
+            mask = state & 15
+            for nbr, e in g[state >> _TYPE_BITS].items():
+                rels = e[0] & allowed
+                while rels:
+                    bit = rels & -rels
+                    rels ^= bit
                     m = mask | bit
-                    if nbr == root and m & required == required:
-                        return _unwind(parent, state, bit)
-                    nxt = (nbr, m)
-                    if nbr != root and nxt not in parent:
-                        parent[nxt] = (state, bit)
-                        depth[nxt] = depth[state] + 1
-                        q.append(nxt)
-                bit <<= 1
+                    if nbr == root:
+                        if m & required == required:
+                            return _unwind(parent, state, bit)
+                        continue
+                    nxt = nbr << _TYPE_BITS | m
+                    if nxt not in parent:
+                        parent[nxt] = state << _TYPE_BITS | bit
+                        next_level.append(nxt)
+        level = next_level
+        depth += 1
     return None
 
 
-def _unwind(parent: dict, state: tuple, last_bit: int) -> list:
-    steps = [(state[0], last_bit)]
-    while parent[state] is not None:
-        prev, bit = parent[state]
-        steps.append((prev[0], bit))
-        state = prev
+def _unwind(parent: dict[int, int], state: int, last_bit: int) -> list:
+    steps = [(state >> _TYPE_BITS, last_bit)]
+    while (prev := parent[state]) != -1:
+        state, bit = prev >> _TYPE_BITS, prev & 15
+        steps.append((state >> _TYPE_BITS, bit))
     steps.reverse()
     return steps
 

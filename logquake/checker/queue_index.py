@@ -108,7 +108,7 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
     reads: dict = {}
     lists, g_key, g_tid, key_no, first_at = g.read_lists, g.group_key, g.group_tid, g.key_no, g.first_at
     base = len(lists)
-    new_keys = None  # (key, place) of ok sends to keys not gathered yet
+    new_keys: list | None = None  # (key, place) of ok sends to keys not gathered yet
     for mop in value:
         f = mop[0]
         if f == "send":
@@ -146,7 +146,9 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
             e[2].append(tid)
             e[3].append(place)
             if typ == OK and k not in first_at:
-                new_keys = [*(new_keys or ()), (k, place)]
+                if new_keys is None:
+                    new_keys = []
+                new_keys.append((k, place))
         elif f == "poll" and len(mop) > 1 and mop[1]:
             for ks, pairs in mop[1].items():
                 k = keys.get(ks)

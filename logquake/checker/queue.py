@@ -108,10 +108,10 @@ def _assemble(found, counts, opts, errors, *, timed_out, nothing, ix) -> dict[st
         out["analysis_errors"] = errors
     if timed_out:
         out["unknown_because"] = "the cycle search ran out of its time budget"
+    elif errors:  # (before "nothing": a failed index leaves nothing to check too)
+        out["unknown_because"] = "an analysis failed: " + ", ".join(sorted(errors))
     elif nothing:
         out["unknown_because"] = "the history holds no send, poll or txn ops to check"
-    elif errors:
-        out["unknown_because"] = "an analysis failed: " + ", ".join(sorted(errors))
     out["options"] = {
         "sub_via": opts.sub_via,
         "txn": opts.txn,

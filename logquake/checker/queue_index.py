@@ -318,6 +318,7 @@ def _pairs_of(ix: QueueIndex, first_at: dict) -> dict[Any, list]:
     pairs_of: dict[Any, list] = {k: [] for k in sorted(first_at, key=first_at.__getitem__)}
     for t in ix.txns:
         for k, pairs in t.reads.items():
+            _check_pairs(t, k, pairs)
             pairs_of[k].extend(pairs)
         if t.committed:
             for k, v, o in t.sends:
@@ -398,6 +399,20 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
 
 
 _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
+
+
+def _check_pairs(t: Txn, k: Any, pairs: list) -> None:
+    """Raise a ValueError naming the op unless every read is an [offset, value] pair.
+
+    Only the general path looks: on the numpy path a wrong-sized pair changes the count of
+    items, which sends the history here (checking every pair there would cost ~0.3 s per
+    million ops).
+    """
+    for p in pairs:
+        if not isinstance(p, (list, tuple)) or len(p) != 2:
+            raise ValueError(
+                f"op {t.op.index} (process {t.process}) polled key {k!r}: {p!r} is not an [offset, value] pair"
+            )
 
 
 def _first_reads(ix: QueueIndex) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 _VERDICT = {True: "[bold green]valid[/]", False: "[bold red]INVALID[/]", "unknown": "[bold yellow]unknown[/]"}
@@ -30,23 +31,24 @@ def render_summary(result: dict[str, Any], console: Console, *, title: str = "qu
             errs = entry.get("errs") or [{}]
             first = errs[0].get("explanation", "")
             first = first.splitlines()[0] if "\n" not in first else _cycle_line(errs[0])
-            table.add_row(typ, str(entry["count"]), "[red]yes[/]" if typ in bad else "no", first)
+            table.add_row(escape(typ), str(entry["count"]), "[red]yes[/]" if typ in bad else "no", escape(first))
         console.print(table)
     lag = result.get("worst_realtime_lag") or {}
     if lag.get("lag"):
         console.print(
-            f"worst realtime lag: {lag['lag']:.3f} s (process {lag['process']}, key {lag['key']}, "
+            f"worst realtime lag: {lag['lag']:.3f} s (process {lag['process']}, key {escape(str(lag['key']))}, "
             f"at {lag['time']:.3f} s)",
             highlight=False,
         )
     causes = result.get("info_txn_causes") or []
     if causes:
-        shown = ", ".join(f"{c['error']} x{c['count']}" for c in causes[:5])
+        shown = escape(", ".join(f"{c['error']} x{c['count']}" for c in causes[:5]))
         console.print(f"causes of indeterminate ops: {shown}", highlight=False)
     if result.get("unknown_because"):
-        console.print(f"[yellow]unknown because {result['unknown_because']}[/]", highlight=False)
+        console.print(f"[yellow]unknown because {escape(result['unknown_because'])}[/]", highlight=False)
     for name, err in (result.get("analysis_errors") or {}).items():
-        console.print(f"[yellow]analysis {name} failed:[/] {err.splitlines()[0]}", highlight=False)
+        # Escaped: results hold the history's own text (values, client errors), not markup.
+        console.print(f"[yellow]analysis {name} failed:[/] {escape(err.splitlines()[0])}", highlight=False)
 
 
 def _cycle_line(err: dict[str, Any]) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from logquake.checker import CheckOptions, check_history
+from logquake.history import Op
 from tests.checker.histories import H
 
 
@@ -497,3 +500,17 @@ def test_reads_without_offsets_are_placed_by_value():
     h.poll(2, {1: [(0, 10), (1, 11)]})
     r = check(h)
     assert r["valid"] is True, r["anomalies"]
+
+
+@pytest.mark.parametrize("pairs", [[[5]], [[0, 10], [5, 6, 7]], [7]])
+def test_a_read_that_is_not_a_pair_names_its_op(pairs):
+    """The verdict is unknown and says which op holds the bad read, whichever path sees it."""
+    h = H()
+    h.send(0, 1, 10, 0)
+    h.ops.append(Op(index=len(h.ops), time=50, process=3, type="invoke", f="poll", value=[["poll"]]))
+    h.ops.append(Op(index=len(h.ops), time=51, process=3, type="ok", f="poll", value=[["poll", {"1": pairs}]]))
+    r = check(h)
+    assert r["valid"] == "unknown"
+    assert f"op {len(h.ops) - 1} (process 3) polled key 1" in r["analysis_errors"]["index"]
+    assert "is not an [offset, value] pair" in r["analysis_errors"]["index"]
+    assert r["unknown_because"] == "an analysis failed: index"

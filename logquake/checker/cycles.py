@@ -402,18 +402,14 @@ def _out_types(g: Graph) -> dict[int, int]:
     return out
 
 
-def shortest_cycle(
-    g: Graph, allowed: int, required: int, deadline: float, out_types: dict[int, int] | None = None
-) -> list | None:
+def shortest_cycle(g: Graph, allowed: int, required: int, deadline: float, out_types: dict[int, int]) -> list | None:
     """The shortest cycle using only `allowed` edge types and every `required` one.
 
     Returns [(node, rel used to reach the next node), ...] or None. BFS over states
-    (node, edge types used so far) from up to MAX_STARTS roots. `out_types`: _out_types(g),
-    when the caller has it (one pass for every type of cycle searched).
+    (node, edge types used so far) from up to MAX_STARTS roots. `out_types` is
+    _out_types(g), made once per component for every type of cycle searched.
     """
     want = required & allowed
-    if out_types is None:
-        out_types = _out_types(g)
     roots = [u for u, types in out_types.items() if types & want]
     best: list | None = None
     for root in roots[:MAX_STARTS]:
@@ -428,6 +424,7 @@ def shortest_cycle(
 
 
 _TYPE_BITS = 4  # edge types fit in 4 bits (WW..REALTIME): a state is node << 4 | types
+_TYPES = (1 << _TYPE_BITS) - 1
 
 
 def _bfs_cycle(g: Graph, root: int, allowed: int, required: int, best: list | None) -> list | None:
@@ -447,7 +444,7 @@ def _bfs_cycle(g: Graph, root: int, allowed: int, required: int, best: list | No
             return None
         next_level = []
         for state in level:
-            mask = state & 15
+            mask = state & _TYPES
             for nbr, e in g[state >> _TYPE_BITS].items():
                 rels = e[0] & allowed
                 while rels:
@@ -470,7 +467,7 @@ def _bfs_cycle(g: Graph, root: int, allowed: int, required: int, best: list | No
 def _unwind(parent: dict[int, int], state: int, last_bit: int) -> list:
     steps = [(state >> _TYPE_BITS, last_bit)]
     while (prev := parent[state]) != -1:
-        state, bit = prev >> _TYPE_BITS, prev & 15
+        state, bit = prev >> _TYPE_BITS, prev & _TYPES
         steps.append((state >> _TYPE_BITS, bit))
     steps.reverse()
     return steps

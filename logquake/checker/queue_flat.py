@@ -54,18 +54,17 @@ def flat_index(ix: QueueIndex, gathered: Gathered) -> bool:
     first_at, bare = gathered.first_at, gathered.bare_ok
     cols = txn_columns(ix)
     ok_t = cols.ok
-    per_key_order = list(per_key)
     first_reader = _first_readers(ix, per_key, ok_t)
     committed = ok_t.copy()
     committed[_commit_info(ix, first_at, np.flatnonzero(cols.info).tolist())] = True
     keys = sorted(first_at, key=first_at.__getitem__)
     groups = _Groups(len(g_len_a))
-    key_no = {k: i for i, k in enumerate(per_key_order)}
-    logs = _version_orders(ix, keys, per_key, sends, committed, groups, key_no)
+    # per_key's keys are gathered.key_no's, in its order (and popped as they are placed)
+    logs = _version_orders(ix, keys, per_key, sends, committed, groups, gathered.key_no)
     ix.groups = ReadGroups(
         tid=g_tid_a,
         key=groups.key,
-        keys=list(per_key_order),
+        keys=list(gathered.key_no),
         last_value=groups.last_value,
         some=groups.some,
         first=groups.first,
@@ -130,12 +129,12 @@ def _by_key(flat: np.ndarray, g_key: np.ndarray, g_len: np.ndarray, g_tid: np.nd
     lens = g_len[gids]
     # Where each group's pairs start in `flat`, and in the output: one index per pair.
     src = np.cumsum(g_len) - g_len
-    dst = np.cumsum(lens) - lens
-    at = np.repeat(src[gids] - dst, lens) + np.arange(len(flat) // 2, dtype=_I64)
+    ends = np.cumsum(lens)
+    at = np.repeat(src[gids] - (ends - lens), lens) + np.arange(len(flat) // 2, dtype=_I64)
     offs, vals = flat[0::2][at], flat[1::2][at]
     del at
     g_end = np.cumsum(np.bincount(g_key, minlength=len(keys)))
-    p_end = np.cumsum(lens)[g_end - 1] if len(lens) else g_end
+    p_end = ends[g_end - 1] if len(lens) else g_end
     out = {}
     g0 = p0 = 0
     for k, g1, p1 in zip(keys, g_end.tolist(), p_end.tolist(), strict=True):

@@ -329,9 +329,10 @@ def main() -> None:
                 *(x / harness for x in window[2])))
             print("  raft messages sent: {:.2f} in {:.2f} peer frames".format(
                 *(rates.get(k, 0) * per_op for k in ("raft_msgs", "peer_frames"))))
-            print("  raft appends sent: {:.2f}; write turns in a thread: {:.2f}, their fsyncs: {:.2f},"
-                  " their ms: {:.2f}".format(*(rates.get(k, 0) * per_op for k in (
-                      "append_msgs", "persist_turns", "fsyncs", "persist_total_ms"))))
+            print("  raft appends sent: {:.2f}; write turns inline: {:.2f}, in a thread: {:.2f} (their ms:"
+                  " {:.2f}); fsyncs: {:.2f} ({:.2f} inline)".format(*(rates.get(k, 0) * per_op for k in (
+                      "append_msgs", "inline_turns", "persist_turns", "persist_total_ms", "fsyncs",
+                      "inline_fsyncs"))))
     print("load average at end:   {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     # The last round is the steady state: the first one also created topics and elected leaders.
     raw_rate, h_rate = raws[-1], hs[-1]

@@ -6,11 +6,11 @@ etcd's shell contract for all groups at once, which is where batching happens:
 
     collect a Ready from every group that has one
     send leaders' appends, heartbeats and heartbeat answers, grouped per peer into one frame
-    start writing their entries and hard states, then one fsync per written log (policy
-        `always`), in a thread (inline when small and unsynced)
-    meanwhile apply committed entries (answers acks=all, wakes long-polling fetches; they are
-        durable on a majority), and every 2 ms apply entries that became committed since and
-        send heartbeats (`RaftNode.take_committed/take_messages`)
+    write their entries and hard states, then one fsync per written log (policy `always`):
+        inline when the entries are small, else started in a thread
+    apply committed entries (answers acks=all, wakes long-polling fetches; they are durable on
+        a majority); while a threaded write runs, every 2 ms apply entries that became
+        committed since and send heartbeats (`RaftNode.take_committed/take_messages`)
     send the other messages (votes, acknowledgements): only now that what they promise is durable
     answer acks=1 requests now persisted; advance every Ready
 
@@ -371,8 +371,9 @@ class Node:
             self.transport.send(peer, CH_RAFT, encode_message_parts(ms))
 
     def _start_persist(self, writes: list[tuple[Any, tuple[Any, ...], Any]]) -> asyncio.Future[None] | None:
-        """Write the Readies' entries and hard states, then fsync per policy, in one worker thread
-        (started now, before the caller applies anything); None when done inline already.
+        """Write the Readies' entries and hard states, then fsync per policy: inline when the
+        entries are small (None: done already), else in one worker thread (started now, before
+        the caller applies anything).
 
         Only the ready loop touches the logs, so the thread never races another writer; the
         event loop keeps serving requests and stepping messages meanwhile. Writing in the
@@ -389,14 +390,22 @@ class Node:
             if now - self._last_sync >= self.cfg.fsync_interval_ms / 1000:
                 self._last_sync = now
                 to_sync, self._unsynced = self._unsynced, set()
-        if not to_sync and _small_and_unsynced(writes):
-            # A worker thread costs a few ms of hand-off on a busy machine; a small write
-            # that needs no fsync takes microseconds here (the low-load latency path).
+        self.stats["fsyncs"] += len(to_sync)
+        if _small(writes, INLINE_SYNCED_BYTES if to_sync else INLINE_WRITE_BYTES):
+            # The hand-off to a thread and back (a queue put, a wake-up through the loop's
+            # self-pipe, two context switches) costs more CPU than a small write and its
+            # fdatasync (~50 us of CPU, ~120 us of wall here): inline, the default 5-node
+            # cluster did ~12% more ops/s (benchmarks/README.md, "Inline writes"). The loop
+            # waits for the fsync meanwhile: elections take 30 ticks of 50 ms, and big writes,
+            # whose fsync takes longer, still go to the thread.
+            # The appends already queued go out first: the followers write while we do.
+            self.transport.flush()
             _write_and_sync(writes, to_sync)
+            self.stats["inline_turns"] += 1
+            self.stats["inline_fsyncs"] += len(to_sync)
             return None
         t0 = time.monotonic()
         self.stats["persist_turns"] += 1
-        self.stats["fsyncs"] += len(to_sync)
         if self._writer is None:
             self._writer = _WriterThread(asyncio.get_running_loop(), f"lq-writer-{self.id}")
         fut = self._writer.submit(writes, to_sync)
@@ -529,18 +538,17 @@ class Node:
             await self.meta.wait_change()
 
 
-INLINE_WRITE_BYTES = 64 << 10
+INLINE_WRITE_BYTES = 64 << 10  # written inline when no fsync follows
+INLINE_SYNCED_BYTES = 8 << 10  # written and fsynced inline
 
 
-def _small_and_unsynced(writes: list[tuple[Any, tuple[Any, ...], Any]]) -> bool:
-    """Under INLINE_WRITE_BYTES of entries and no term/vote change (those are fsynced always)."""
+def _small(writes: list[tuple[Any, tuple[Any, ...], Any]], limit: int) -> bool:
+    """At most `limit` bytes of entries in all."""
     size = 0
-    for store, entries, hs in writes:
-        if hs is not None and store.hard_state_needs_sync(hs):
-            return False
+    for _, entries, _ in writes:
         for e in entries:
             size += len(e.data)
-        if size > INLINE_WRITE_BYTES:
+        if size > limit:
             return False
     return True
 

@@ -346,10 +346,6 @@ class SegmentLog:
                 os.close(fd)
         self._sync_dir()
 
-    def hard_state_needs_sync(self, hs: HardState) -> bool:
-        old = self._hs_on_disk
-        return old is None or old.term != hs.term or old.vote != hs.vote
-
     def save_hard_state(self, hs: HardState) -> None:
         """Record `hs`. Term and vote are durable when this returns, whatever the fsync policy."""
         self._check_loaded()

@@ -30,10 +30,6 @@ class GroupStore:
         if hs is not None:
             self._log.save_hard_state(hs)  # term/vote changes are fsynced here, whatever the policy
 
-    def hard_state_needs_sync(self, hs: HardState) -> bool:
-        """True when saving `hs` changes term or vote (fsynced whatever the policy)."""
-        return self._log.hard_state_needs_sync(hs)
-
     def sync(self) -> None:
         # The node's writer thread (or the ready loop inline) is the only one writing a group's
         # log, and it closes no store while a write runs: no duplicate descriptor needed.

@@ -8,9 +8,10 @@ the bound below is ~50x what the writes take and a fraction of what the bug cost
 
 from __future__ import annotations
 
+import ast
 import time
 
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logquake.broker import LocalCluster
 
@@ -29,3 +30,49 @@ def test_writes_are_answered_between_ticks(tmp_path) -> None:
             p.close(timeout=5)
     assert offsets == list(range(1, 21))
     assert took < 10.0, f"20 sequential acks=all writes took {took:.1f} s with 2 s ticks"
+
+
+def _stats_totals(c: LocalCluster, keys: tuple[str, ...], timeout: float = 12.0) -> dict[str, int]:
+    """The brokers' counters summed over their stats lines (logged every 5 s), once every key
+    has shown up or the timeout passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        totals = dict.fromkeys(keys, 0)
+        for node in (1, 2, 3):
+            path = c.log_path(node)
+            for line in path.read_text().splitlines() if path.exists() else ():
+                if "stats: {" in line:
+                    stats = ast.literal_eval(line[line.index("stats: ") + 7 :])
+                    for k in keys:
+                        totals[k] += stats.get(k, 0)
+        if all(totals.values()) or time.monotonic() > deadline:
+            return totals
+        time.sleep(0.5)
+
+
+def test_small_writes_are_fsynced_inline_and_big_ones_in_the_writer_thread(tmp_path) -> None:
+    # Both ways of persisting a turn must carry acknowledged writes; each must also be taken
+    # (a threshold gone wrong would silently send everything one way).
+    with LocalCluster(n=3, base_dir=tmp_path, broker_overrides={"fsync": "always"}) as c:
+        c.wait_ready(timeout=60)
+        c.create_topic("t", partitions=1, replication_factor=3)
+        p = KafkaProducer(bootstrap_servers=c.bootstrap_servers, acks="all", linger_ms=0,
+                          max_request_size=1 << 20)
+        values = [b"small-%d" % i for i in range(10)] + [bytes([i]) * (64 << 10) for i in range(5)]
+        try:
+            offsets = [p.send("t", v).get(timeout=30).offset for v in values]
+        finally:
+            p.close(timeout=5)
+        consumer = KafkaConsumer(bootstrap_servers=c.bootstrap_servers, auto_offset_reset="earliest",
+                                 consumer_timeout_ms=10_000, fetch_max_bytes=1 << 22)
+        try:
+            consumer.assign([TopicPartition("t", 0)])
+            got = [m.value for m, _ in zip(consumer, values, strict=False)]
+        finally:
+            consumer.close()
+        totals = _stats_totals(c, ("inline_fsyncs", "persist_turns", "fsyncs"))
+    assert offsets == list(range(len(values)))
+    assert got == values
+    assert totals["inline_fsyncs"] >= 3 * 10, totals  # each small write, on every replica
+    assert totals["persist_turns"] > 0, totals
+    assert totals["fsyncs"] >= 3 * len(values), totals  # every replica fsynced every write

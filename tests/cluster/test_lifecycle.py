@@ -76,8 +76,9 @@ def _handoffs(env: dict[str, str]) -> tuple[int, float]:
 
 @pytest.mark.skipif(not Path(LIBFAKETIME).exists(), reason="libfaketime is not installed")
 def test_a_skewed_broker_hands_work_between_threads_as_fast_as_a_plain_one(tmp_path):
-    # Every broker request that persists goes to a worker thread and back: under libfaketime's
-    # default "monotonic fix" each hand-off got ~50x slower (the clock cells' missing ops).
+    # Big writes go to a broker's writer thread and back (and librdkafka's threads hand off
+    # all the time): under libfaketime's default "monotonic fix" each hand-off got ~50x
+    # slower (the clock cells' missing ops).
     lc = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python=sys.executable, faketime=True)
     rc = Path(lc.spec("n1").path("faketime.rc"))
     rc.parent.mkdir(parents=True)

@@ -30,7 +30,8 @@ loop's thread (CPU time) there when it stops (about 3x slower while on).
 
 Measured 1 Dec 2026 (5 nodes, 20 workers, fresh keys, 30 s x 3 rounds, quiet machine): the
 harness 2,250-2,520 ops/s, raw client calls 2,740-3,040; brokers ~0.6 ms and this process ~0.22
-ms of CPU per op, so it is now bound by CPU. Before that it was bound by latency that
+ms of CPU per op, so it is now bound by CPU. With small write turns fsynced inline (that
+night): 2,400-2,500 ops/s. Before that it was bound by latency that
 librdkafka's once-a-second topic scan added: the first sends to every new key (until new
 topics reported "coming up" at topic level, handlers.py), then the polls after assigning a
 new key (until the adapter asked for its metadata at the assign, confluent.py). History and

@@ -88,6 +88,7 @@ class Node:
         # At most 8 x 1 MiB of appends in flight per follower: heartbeats share the connection,
         # and a deeper backlog delays them past the election timeout on a busy follower.
         self.raft_cfg = RaftConfig(election_ticks=cfg.election_ticks, heartbeat_ticks=cfg.heartbeat_ticks,
+                                   idle_heartbeat_ticks=cfg.idle_heartbeat_ticks,
                                    unclean_election=cfg.unsafe.get("election") == "unclean",
                                    max_append_bytes=1 << 20, max_inflight=8)
         self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node

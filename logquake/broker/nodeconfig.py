@@ -16,6 +16,7 @@ Keys (see /work/notes/interfaces.md):
     tick_ms                     Raft tick length                                   (50)
     election_ticks              ticks without a leader before a (pre-)vote         (30)
     heartbeat_ticks             ticks between leader heartbeats                    (2)
+    idle_heartbeat_ticks        ... of a group idle for election_ticks             (10)
     max_frame_bytes             largest Kafka request accepted                     (104857600)
 """
 
@@ -67,6 +68,7 @@ class NodeConfig:
     tick_ms: int = 50
     election_ticks: int = 30
     heartbeat_ticks: int = 2
+    idle_heartbeat_ticks: int = 10
     max_frame_bytes: int = 100 * 1024 * 1024
 
     @property
@@ -154,7 +156,7 @@ def _port(item: dict[str, Any], key: str, sub: str) -> int:
 
 _KNOWN = {"node_id", "data_dir", "log_file", "fsync", "fsync_interval_ms", "default_partitions",
           "default_replication_factor", "auto_create_topics", "unsafe", "nodes", "tick_ms",
-          "election_ticks", "heartbeat_ticks", "max_frame_bytes"}
+          "election_ticks", "heartbeat_ticks", "idle_heartbeat_ticks", "max_frame_bytes"}
 
 
 def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
@@ -170,6 +172,8 @@ def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
     if fsync not in FSYNC_POLICIES:
         raise ConfigError("fsync", f"must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
     auto = raw.get("auto_create_topics", True)
+    election = _int(raw, "election_ticks", 30, lo=2, hi=10_000)
+    heartbeat = _int(raw, "heartbeat_ticks", 2, lo=1, hi=10_000)
     if not isinstance(auto, bool):
         raise ConfigError("auto_create_topics", f"must be true or false, got {auto!r}")
     return NodeConfig(
@@ -184,10 +188,23 @@ def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
         auto_create_topics=auto,
         unsafe=_unsafe(raw.get("unsafe") or {}),
         tick_ms=_int(raw, "tick_ms", 50, lo=1, hi=10_000),
-        election_ticks=_int(raw, "election_ticks", 30, lo=2, hi=10_000),
-        heartbeat_ticks=_int(raw, "heartbeat_ticks", 2, lo=1, hi=10_000),
+        election_ticks=election,
+        heartbeat_ticks=heartbeat,
+        idle_heartbeat_ticks=_idle_heartbeat(raw, heartbeat, election),
         max_frame_bytes=_int(raw, "max_frame_bytes", 100 * 1024 * 1024, lo=1024, hi=2**31 - 1),
     )
+
+
+def _idle_heartbeat(raw: dict[str, Any], heartbeat: int, election: int) -> int:
+    """idle_heartbeat_ticks: between heartbeat_ticks and election_ticks (default 10, or a
+    third of a shorter election timeout, at least heartbeat_ticks)."""
+    if "idle_heartbeat_ticks" not in raw:
+        return max(heartbeat, min(10, election // 3))
+    idle = _int(raw, "idle_heartbeat_ticks", lo=1, hi=10_000)
+    if not heartbeat <= idle < election:
+        raise ConfigError("idle_heartbeat_ticks",
+                          f"must be >= heartbeat_ticks ({heartbeat}) and < election_ticks ({election}), got {idle}")
+    return idle
 
 
 def _unsafe(u: Any) -> dict[str, str]:

@@ -195,6 +195,10 @@ class RaftConfig:
         election_ticks: followers wait a random [election_ticks, 2*election_ticks) ticks without
             hearing from a leader before campaigning; also the check-quorum window and lease.
         heartbeat_ticks: a leader sends heartbeats every this many ticks.
+        idle_heartbeat_ticks: ... and every this many once the group is idle: nothing appended
+            for election_ticks and every follower holding the whole log (0: heartbeat_ticks).
+            A replicated log keeps every partition a client ever wrote as a group, and most
+            are idle; their heartbeats were most of the Raft messages in a long run.
         pre_vote: campaign for term+1 only after a majority would vote (no disruption).
         check_quorum: leaders step down without a majority; followers honour a leader lease.
         unclean_election: UNSAFE (`election: unclean`): voters ignore log freshness.
@@ -209,6 +213,7 @@ class RaftConfig:
 
     election_ticks: int = 10
     heartbeat_ticks: int = 1
+    idle_heartbeat_ticks: int = 0
     pre_vote: bool = True
     check_quorum: bool = True
     unclean_election: bool = False
@@ -222,6 +227,11 @@ class RaftConfig:
         if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
             raise ValueError(
                 f"need 1 <= heartbeat_ticks < election_ticks, got {self.heartbeat_ticks} and {self.election_ticks}"
+            )
+        if self.idle_heartbeat_ticks and not self.heartbeat_ticks <= self.idle_heartbeat_ticks < self.election_ticks:
+            raise ValueError(
+                "need heartbeat_ticks <= idle_heartbeat_ticks < election_ticks, got "
+                f"{self.heartbeat_ticks}, {self.idle_heartbeat_ticks} and {self.election_ticks}"
             )
         if self.max_append_entries < 1 or self.max_inflight < 1 or self.max_append_bytes < 1:
             raise ValueError("max_append_entries, max_append_bytes and max_inflight must be >= 1")
@@ -320,6 +330,7 @@ class RaftNode:
         self._heartbeat_elapsed = 0
         self._timeout = 0
         self._ticks = 0
+        self._appended_at = 0  # leader: the tick it last sent entries
         self._votes: dict[int, bool] = {}
         self._progress: dict[int, _Progress] = {}
         self._bcast = False
@@ -774,9 +785,25 @@ class RaftNode:
                 if active < self._quorum:
                     self._become_follower(self._term, None)
                     return
-        if self._heartbeat_elapsed >= self.cfg.heartbeat_ticks:
+        if self._heartbeat_elapsed >= self.cfg.heartbeat_ticks and (
+            not self.cfg.idle_heartbeat_ticks
+            or self._heartbeat_elapsed >= self.cfg.idle_heartbeat_ticks
+            or not self._idle()
+        ):
             self._heartbeat_elapsed = 0
             self._send_heartbeats()
+
+    def _idle(self) -> bool:
+        """Nothing appended for election_ticks, and every follower holds the whole log (so
+        it has nothing to catch up and no append is in flight)."""
+        if self._ticks - self._appended_at < self.cfg.election_ticks:
+            return False
+        last = len(self._log)
+        for p in self._peers:
+            pr = self._progress[p]
+            if pr.match < last or pr.inflight:
+                return False
+        return True
 
     def _send_heartbeats(self) -> None:
         for p in self._peers:
@@ -864,6 +891,8 @@ class RaftNode:
         if pr.replicate and hi == prev:
             return False  # nothing new; heartbeats carry the commit index
         ents = tuple(log[prev:hi])
+        if ents:
+            self._appended_at = self._ticks
         self._msgs.append(
             Message(
                 MsgKind.APPEND,

@@ -455,13 +455,33 @@ def run_schedule(
             for i in sim.leaders():
                 sim.propose(f"{seed}:{t}:{i}".encode(), i)
         sim.step()
-    # Heal: every node up, every link whole, no loss. Then a leader must emerge and commit.
+    if not heal_and_commit(sim, f"{seed}:final".encode(), heal_steps):
+        sim._violate(f"liveness: no leader committed a proposal within {heal_steps} steps after healing")
+    sim.check_logs()
+    sim.close()
+    return SimResult(
+        seed=seed,
+        violations=tuple(sim.violations),
+        max_term=max(sim.raft(i).term for i in sim.ids),
+        committed=len(sim.committed),
+        leaders=len(sim.leaders_by_term),
+        crashes=sim.crashes,
+        messages=sim.messages_sent,
+        committed_truncations=sum(sim.raft(i).committed_truncations for i in sim.ids),
+    )
+
+
+def heal_and_commit(sim: Sim, marker: bytes, steps: int) -> bool:
+    """Heal everything (every node up, every link whole, no loss), then whether within `steps`
+    a leader got `marker` committed on every node.
+
+    The marker is proposed again to each new leader: one proposed to a leader about to be
+    deposed (a candidate of a higher term was already collecting votes) is rightly lost."""
     for i in sim.ids:
         sim.restart(i)
     sim.heal()
     sim.drop = 0.0
     sim.crash_in_ready = 0.0
-    marker = f"{seed}:final".encode()
     proposed: list[tuple[int, int, int]] = []  # (node, index, term)
 
     def live() -> bool:
@@ -480,20 +500,7 @@ def run_schedule(
             for i in sim.ids
         )
 
-    if not sim.run_until(live, heal_steps):
-        sim._violate(f"liveness: no leader committed a proposal within {heal_steps} steps after healing")
-    sim.check_logs()
-    sim.close()
-    return SimResult(
-        seed=seed,
-        violations=tuple(sim.violations),
-        max_term=max(sim.raft(i).term for i in sim.ids),
-        committed=len(sim.committed),
-        leaders=len(sim.leaders_by_term),
-        crashes=sim.crashes,
-        messages=sim.messages_sent,
-        committed_truncations=sum(sim.raft(i).committed_truncations for i in sim.ids),
-    )
+    return sim.run_until(live, steps)
 
 
 def _random_fault(sim: Sim, rng: random.Random, max_drop: float) -> None:

@@ -34,6 +34,9 @@ def _cfg(**kw):
     (_cfg(unsafe={"bogus": 1}), "unsafe.bogus"),
     (_cfg(nodes=[{"node_id": 1, "host": "h", "kafka_port": 0, "raft_port": 2}]), "nodes[0].kafka_port"),
     (_cfg(colour="blue"), "colour"),
+    (_cfg(idle_heartbeat_ticks=1), "idle_heartbeat_ticks"),  # under heartbeat_ticks (2)
+    (_cfg(idle_heartbeat_ticks=30), "idle_heartbeat_ticks"),  # not under election_ticks (30)
+    (_cfg(idle_heartbeat_ticks="x"), "idle_heartbeat_ticks"),
 ])
 def test_bad_node_config_names_the_key(raw, key) -> None:
     with pytest.raises(ConfigError) as e:
@@ -45,6 +48,10 @@ def test_node_config_defaults_and_unsafe_off() -> None:
     cfg = parse_node_config(_cfg(unsafe={"dedup": False, "fsync": "never"}))
     assert cfg.fsync == "always" and cfg.effective_fsync == "never" and cfg.unsafe["dedup"] == "off"
     assert cfg.me.kafka_port == 19001
+    assert (cfg.heartbeat_ticks, cfg.idle_heartbeat_ticks, cfg.election_ticks) == (2, 10, 30)
+    # A shorter election timeout gets a third of it, never under heartbeat_ticks.
+    assert parse_node_config(_cfg(election_ticks=12)).idle_heartbeat_ticks == 4
+    assert parse_node_config(_cfg(election_ticks=4)).idle_heartbeat_ticks == 2
 
 
 def test_cli_bad_config_exits_nonzero_with_message(tmp_path) -> None:

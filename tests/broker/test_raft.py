@@ -416,3 +416,51 @@ def test_take_messages_lets_heartbeats_out_but_keeps_append_answers_for_the_writ
     assert [m.kind for m in fol.take_messages()] == [MsgKind.HEARTBEAT_RESP]
     fol.advance(frd)
     assert [m.kind for m in fol.ready().messages] == [MsgKind.APPEND_RESP]  # after its write
+
+
+# ---- idle groups -----------------------------------------------------------------------------
+
+
+def _heartbeats(sim: Sim, to: int, steps: int) -> int:
+    """Heartbeats from the leader (node 1) delivered to `to` over `steps` steps."""
+    sim.trace = []
+    sim.run(steps)
+    n = sum(1 for line in sim.trace if line.startswith(f"1->{to} HEARTBEAT "))
+    sim.trace = None
+    return n
+
+
+def test_an_idle_group_heartbeats_every_idle_heartbeat_ticks_until_it_appends_again() -> None:
+    sim = Sim(n=3, max_delay=1, config=RaftConfig(heartbeat_ticks=1, election_ticks=10, idle_heartbeat_ticks=4))
+    elect(sim)
+    assert _heartbeats(sim, 2, 8) >= 7  # appended (the no-op) under election_ticks ago: every tick
+    sim.run(4)
+    assert _heartbeats(sim, 2, 40) == 10  # idle: one every 4 ticks
+    assert sim.leader() == 1 and not sim.raft(2).role == CANDIDATE  # nobody timed out
+    sim.propose(b"x")
+    sim.stabilize()
+    assert _heartbeats(sim, 2, 8) >= 7  # busy again: every tick
+    assert [sim.raft(i).commit_index for i in (1, 2, 3)] == [2, 2, 2]
+
+
+def test_a_follower_behind_keeps_the_group_on_full_rate_heartbeats() -> None:
+    sim = Sim(n=3, max_delay=1, config=RaftConfig(heartbeat_ticks=1, election_ticks=10, idle_heartbeat_ticks=4))
+    elect(sim)
+    sim.crash(3)
+    sim.propose(b"x")
+    sim.stabilize()
+    sim.run(12)
+    assert sim.raft(1).commit_index == 2
+    assert _heartbeats(sim, 2, 20) >= 19  # 3 lacks entry 2: not idle, whatever the ticks since
+    sim.restart(3)
+    assert sim.run_until(lambda: sim.raft(3).commit_index == 2, 50)  # caught up by the full-rate beats
+    sim.run(12)
+    assert _heartbeats(sim, 2, 20) == 5  # and now idle
+
+
+def test_idle_heartbeat_ticks_must_lie_between_heartbeat_and_election_ticks() -> None:
+    RaftConfig(heartbeat_ticks=2, election_ticks=10, idle_heartbeat_ticks=2)
+    RaftConfig(heartbeat_ticks=2, election_ticks=10, idle_heartbeat_ticks=9)
+    for bad in (1, 10):
+        with pytest.raises(ValueError, match="idle_heartbeat_ticks"):
+            RaftConfig(heartbeat_ticks=2, election_ticks=10, idle_heartbeat_ticks=bad)

@@ -43,17 +43,16 @@ figures: benchmarks/README.md, "Harness throughput". Usage:
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import itertools
 import os
-import re
 import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from logquake.broker.node import stats_lines
 from logquake.config import TestConfig, resolve_config
 from logquake.history import HistoryWriter, load_history
 from logquake.runner import MAIN, Crew, Pacer, Recorder, Stats
@@ -148,7 +147,6 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-_STATS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ n\d+ INFO [\w.]+: stats: (\{.*\})$")
 
 
 def _broker_stats(logs: list[Path], t0: float, t1: float) -> tuple[dict[str, float], int]:
@@ -159,13 +157,11 @@ def _broker_stats(logs: list[Path], t0: float, t1: float) -> tuple[dict[str, flo
     n_lines = 0
     for path in logs:
         with contextlib.suppress(OSError):
-            for line in path.read_text(errors="replace").splitlines():
-                if (m := _STATS.match(line)) is None:
-                    continue
-                t = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+            for at, stats in stats_lines(path.read_text(errors="replace")):
+                t = time.mktime(time.strptime(at, "%Y-%m-%d %H:%M:%S"))
                 if t0 + 5 <= t <= t1:
                     n_lines += 1
-                    for k, v in ast.literal_eval(m.group(2)).items():
+                    for k, v in stats.items():
                         if not k.endswith("_max_ms"):
                             sums[k] = sums.get(k, 0) + v
     # Each node logs once per 5 s: lines / nodes windows of 5 s each.

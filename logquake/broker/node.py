@@ -26,6 +26,7 @@ partitions it does not replicate.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
 import functools
@@ -34,11 +35,12 @@ import json
 import logging
 import queue
 import random
+import re
 import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from logquake.broker.metadata import (
@@ -396,7 +398,7 @@ class Node:
             # The hand-off to a thread and back (a queue put, a wake-up through the loop's
             # self-pipe, two context switches) costs more CPU than a small write and its
             # fdatasync (~50 us of CPU, ~120 us of wall here): inline, the default 5-node
-            # cluster did ~12% more ops/s (benchmarks/README.md, "Inline writes"). The loop
+            # cluster did ~14% more ops/s (benchmarks/README.md, "Inline writes"). The loop
             # waits for the fsync meanwhile: elections take 30 ticks of 50 ms, and big writes,
             # whose fsync takes longer, still go to the thread.
             # The appends already queued go out first: the followers write while we do.
@@ -537,6 +539,18 @@ class Node:
     async def _wait_block(self, nonce: str) -> None:
         while (blk := self.meta.state.producer_id_blocks.get(self.id)) is None or blk[0] != nonce:
             await self.meta.wait_change()
+
+
+# A line of the node's counters in broker.log (the format process.py sets up): its time to the
+# second, and the dict logged every 5 s by _gossip_loop.
+_STATS_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ n\d+ INFO [\w.]+: stats: (\{.*\})$")
+
+
+def stats_lines(text: str) -> Iterator[tuple[str, dict[str, int]]]:
+    """(time "YYYY-MM-DD HH:MM:SS", counters) of each stats line in a broker.log's text."""
+    for line in text.splitlines():
+        if (m := _STATS_LINE.match(line)) is not None:
+            yield m.group(1), ast.literal_eval(m.group(2))
 
 
 INLINE_WRITE_BYTES = 64 << 10  # written inline when no fsync follows

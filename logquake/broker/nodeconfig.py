@@ -172,10 +172,10 @@ def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
     if fsync not in FSYNC_POLICIES:
         raise ConfigError("fsync", f"must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
     auto = raw.get("auto_create_topics", True)
-    election = _int(raw, "election_ticks", 30, lo=2, hi=10_000)
-    heartbeat = _int(raw, "heartbeat_ticks", 2, lo=1, hi=10_000)
     if not isinstance(auto, bool):
         raise ConfigError("auto_create_topics", f"must be true or false, got {auto!r}")
+    election = _int(raw, "election_ticks", 30, lo=2, hi=10_000)
+    heartbeat = _int(raw, "heartbeat_ticks", 2, lo=1, hi=10_000)
     return NodeConfig(
         node_id=node_id,
         data_dir=_abs_path(raw, "data_dir"),

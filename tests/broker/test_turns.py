@@ -8,12 +8,12 @@ the bound below is ~50x what the writes take and a fraction of what the bug cost
 
 from __future__ import annotations
 
-import ast
 import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logquake.broker import LocalCluster
+from logquake.broker.node import stats_lines
 
 
 def test_writes_are_answered_between_ticks(tmp_path) -> None:
@@ -40,11 +40,9 @@ def _stats_totals(c: LocalCluster, keys: tuple[str, ...], timeout: float = 12.0)
         totals = dict.fromkeys(keys, 0)
         for node in (1, 2, 3):
             path = c.log_path(node)
-            for line in path.read_text().splitlines() if path.exists() else ():
-                if "stats: {" in line:
-                    stats = ast.literal_eval(line[line.index("stats: ") + 7 :])
-                    for k in keys:
-                        totals[k] += stats.get(k, 0)
+            for _, stats in stats_lines(path.read_text() if path.exists() else ""):
+                for k in keys:
+                    totals[k] += stats.get(k, 0)
         if all(totals.values()) or time.monotonic() > deadline:
             return totals
         time.sleep(0.5)

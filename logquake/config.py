@@ -212,8 +212,25 @@ def _validate_value(key: str, value: Any) -> Any:
         case "broker":
             if not isinstance(value, dict):
                 raise ConfigError(key, f"expected a mapping, got {value!r}")
+            _check_broker(key, value)
             return dict(value)
     raise ConfigError(key, "unknown key")  # pragma: no cover - guarded by _check_key
+
+
+# The node config keys the harness fills in for each broker (cluster/lifecycle.py): stand-ins
+# for them, so the user's `broker:` settings are checked before any broker starts.
+_NODE_STANDINS = {"node_id": 1, "data_dir": "/logquake/data", "log_file": "/logquake/broker.log",
+                  "nodes": [{"node_id": 1, "host": "127.0.0.1", "kafka_port": 1, "raft_port": 2}]}
+
+
+def _check_broker(key: str, value: dict[str, Any]) -> None:
+    """Raise the ConfigError (as `broker.<its key>`) the brokers would exit with at start-up."""
+    from logquake.broker.nodeconfig import parse_node_config  # (the broker package only when used)
+
+    try:
+        parse_node_config({**_NODE_STANDINS, **value})
+    except ConfigError as e:
+        raise ConfigError(f"{key}.{e.key}", str(e).split(": ", 1)[1], hint=e.hint) from None
 
 
 def _check_key(key: str, where: str) -> str:

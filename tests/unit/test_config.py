@@ -58,6 +58,27 @@ def test_errors_name_the_key(overrides, key, fragment) -> None:
     assert fragment in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("broker", "key", "fragment"),
+    [
+        ({"idle_heartbeat_ticks": 40}, "broker.idle_heartbeat_ticks", "< election_ticks (30)"),
+        ({"fsync": "sometimes"}, "broker.fsync", "must be one of"),
+        ({"unsafe": {"dedup": "maybe"}}, "broker.unsafe.dedup", "must be off"),
+        ({"colour": "blue"}, "broker.colour", "unknown key"),
+    ],
+)
+def test_broker_settings_are_checked_before_any_broker_starts(broker, key, fragment) -> None:
+    with pytest.raises(ConfigError) as e:
+        resolve_config(None, {"broker": broker})
+    assert e.value.key == key
+    assert fragment in str(e.value)
+
+
+def test_good_broker_settings_pass_through_unchanged() -> None:
+    broker = {"fsync": "never", "election_ticks": 12, "idle_heartbeat_ticks": 4, "unsafe": {"ack": "early"}}
+    assert resolve_config(None, {"broker": broker}).broker == broker
+
+
 def test_unknown_key_suggests_the_close_one(tmp_path) -> None:
     path = tmp_path / "t.yaml"
     path.write_text("node: 3\n")

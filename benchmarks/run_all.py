@@ -7,7 +7,8 @@ Each script prints its figures; the parsers below turn that output into rows
 rows itself through --json). A figure a parser cannot find becomes a row saying so, a script
 that fails becomes a row with its exit code, so the table always shows what is missing.
 Writes DIR/<UTC date-time>.json and .md (DIR defaults to benchmarks/results/, gitignored),
-with the machine (nproc, memory, load average before and after), and prints the table.
+with the machine (nproc, memory, load average and machine_probe.py's figures before and
+after), and prints the table.
 `--quick` uses small sizes (a few minutes in all); the full sizes are the issue's.
 recall.py is not part of the run (long; run it on its own).
 """
@@ -281,6 +282,23 @@ def machine() -> dict:
             "commit": commit, "load_before": os.getloadavg()}
 
 
+def machine_probe() -> dict | None:
+    """machine_probe.py's figures (python loop s, fresh memory MB/s, fdatasync ms), None if it failed."""
+    p = subprocess.run([sys.executable, str(HERE / "machine_probe.py"), "--json"], capture_output=True, text=True,
+                       timeout=120, check=False)
+    try:
+        return json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return None
+
+
+def _probe_text(p: dict | None) -> str:
+    if not p:
+        return "probe failed"
+    return (f"python loop {p['python_s']:.3f} s, fresh memory {p['fresh_memory_mb_s']:,.0f} MB/s, "
+            f"fdatasync {p['fdatasync_ms']:.2f} ms")
+
+
 def fmt(v: object) -> str:
     if v is None:
         return "-"
@@ -299,7 +317,11 @@ def markdown(meta: dict, rows: list[Row]) -> str:
             f"{meta['nproc']} CPUs, {meta['mem_gib']} GiB, Python {meta['python']}; load average "
             f"{'/'.join(f'{x:.1f}' for x in meta['load_before'])} before, "
             f"{'/'.join(f'{x:.1f}' for x in meta['load_after'])} after; {meta['seconds']:.0f} s in all ("
-            f"{', '.join(f'{k} {v:.0f} s' for k, v in meta['durations_s'].items())}).\n\n")
+            f"{', '.join(f'{k} {v:.0f} s' for k, v in meta['durations_s'].items())}).")
+    if "probe_before" in meta:  # machine_probe.py: tells a slow machine from a slow change
+        head += (f" Machine probe before: {_probe_text(meta['probe_before'])}; after: "
+                 f"{_probe_text(meta.get('probe_after'))}.")
+    head += "\n\n"
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(fmt(r.get(c)).replace("|", "/") for c in COLUMNS) + " |" for r in rows]
     return head + "\n".join(lines) + "\n"
@@ -322,7 +344,8 @@ def main() -> int:
     a = ap.parse_args()
     benches = [b for b in BENCHES if not a.only or b.name in a.only]
     timeout = a.timeout or (900 if a.quick else 7200)
-    meta = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "quick": a.quick, **machine()}
+    meta = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "quick": a.quick, **machine(),
+            "probe_before": machine_probe()}
     console, rows, t0, durations = Console(), [], time.monotonic(), {}
     if not console.is_terminal:  # a log file: keep each row on one line
         console = Console(width=220)
@@ -339,7 +362,8 @@ def main() -> int:
             rows += got
             progress.console.print(f"{b.name}: {len(got)} rows")
             progress.advance(task)
-        meta |= {"load_after": os.getloadavg(), "seconds": time.monotonic() - t0, "durations_s": durations}
+        meta |= {"load_after": os.getloadavg(), "seconds": time.monotonic() - t0, "durations_s": durations,
+                 "probe_after": machine_probe()}
         a.out.mkdir(parents=True, exist_ok=True)
         stem = a.out / datetime.now(UTC).strftime("%Y-%m-%dT%H%M%S")
         logs = stem.with_suffix(".logs")

@@ -1,4 +1,4 @@
-"""How fast this machine is right now: three small fixed probes, for telling a slow machine
+"""How fast this machine is right now: four small fixed probes, for telling a slow machine
 from a slow change.
 
 A VM's speed drifts through the day (a neighbour's load on the host), and the benchmarks'
@@ -9,6 +9,9 @@ hours apart show whether the machine or the code changed.
 
 - python: a fixed loop of integer arithmetic and dict inserts, CPU seconds (the interpreter's
   speed: the brokers, the harness and the checker are mostly this);
+- python objects: building half a million small dicts and lists with the GC paused, CPU s
+  (allocation and first touch of the memory they take: the history's ops and the checker's
+  index are this);
 - fresh memory: first writes to newly mapped memory, MB/s (page faults and zeroing: what
   large allocations, such as the checker's index, pay for);
 - fdatasync: median latency of one 1 KiB append + fdatasync in the temporary directory, ms
@@ -19,6 +22,7 @@ hours apart show whether the machine or the code changed.
 
 from __future__ import annotations
 
+import gc
 import json
 import mmap
 import os
@@ -41,6 +45,19 @@ def python_seconds() -> float:
     for i in range(_LOOP // 10):
         d[i] = i
     return time.process_time() - t
+
+
+def objects_seconds() -> float:
+    """With the cyclic GC paused, as the checker runs: otherwise its scans are most of the time."""
+    gc.disable()
+    try:
+        t = time.process_time()
+        objs = [{"index": i, "value": [i, [i, i]]} for i in range(500_000)]
+        took = time.process_time() - t
+        del objs
+    finally:
+        gc.enable()
+    return took
 
 
 def fresh_memory_mb_s() -> float:
@@ -72,7 +89,8 @@ def fdatasync_ms(directory: str | None = None) -> float:
 
 
 def probe() -> dict[str, float]:
-    return {"python_s": python_seconds(), "fresh_memory_mb_s": fresh_memory_mb_s(), "fdatasync_ms": fdatasync_ms()}
+    return {"python_s": python_seconds(), "objects_s": objects_seconds(), "fresh_memory_mb_s": fresh_memory_mb_s(),
+            "fdatasync_ms": fdatasync_ms()}
 
 
 def main() -> None:
@@ -81,6 +99,7 @@ def main() -> None:
         print(json.dumps(p))
         return
     print(f"python loop: {p['python_s']:.3f} s")
+    print(f"python objects: {p['objects_s']:.3f} s")
     print(f"fresh memory: {p['fresh_memory_mb_s']:,.0f} MB/s")
     print(f"fdatasync p50: {p['fdatasync_ms']:.3f} ms")
 

@@ -283,7 +283,7 @@ def machine() -> dict:
 
 
 def machine_probe() -> dict | None:
-    """machine_probe.py's figures (python loop s, fresh memory MB/s, fdatasync ms), None if it failed."""
+    """machine_probe.py's figures (python loop and objects s, fresh memory MB/s, fdatasync ms); None if it failed."""
     p = subprocess.run([sys.executable, str(HERE / "machine_probe.py"), "--json"], capture_output=True, text=True,
                        timeout=120, check=False)
     try:
@@ -295,7 +295,7 @@ def machine_probe() -> dict | None:
 def _probe_text(p: dict | None) -> str:
     if not p:
         return "probe failed"
-    return (f"python loop {p['python_s']:.3f} s, fresh memory {p['fresh_memory_mb_s']:,.0f} MB/s, "
+    return (f"python loop {p['python_s']:.3f} s, objects {p['objects_s']:.3f} s, fresh memory {p['fresh_memory_mb_s']:,.0f} MB/s, "
             f"fdatasync {p['fdatasync_ms']:.2f} ms")
 
 

@@ -1,10 +1,10 @@
 """How fast this machine is right now: four small fixed probes, for telling a slow machine
 from a slow change.
 
-A VM's speed drifts through the day (a neighbour's load on the host), and the benchmarks'
-figures drift with it. Each benchmark compares against a reference of its own in the same
-run, which places a figure but cannot say that the machine as a whole was slow. These
-probes can: run_all measures them before and after the benchmarks, so two tables taken
+A VM's speed drifts through the day, for reasons outside it (other load on its host), and
+the benchmarks' figures drift with it. Each benchmark compares against a reference of its
+own in the same run, which places a figure but cannot say that the machine as a whole was
+slow. These probes can: run_all measures them before and after the benchmarks, so two tables taken
 hours apart show whether the machine or the code changed.
 
 - python: a fixed loop of integer arithmetic and dict inserts, CPU seconds (the interpreter's

@@ -284,19 +284,22 @@ def machine() -> dict:
 
 def machine_probe() -> dict | None:
     """machine_probe.py's figures (python loop and objects s, fresh memory MB/s, fdatasync ms); None if it failed."""
-    p = subprocess.run([sys.executable, str(HERE / "machine_probe.py"), "--json"], capture_output=True, text=True,
-                       timeout=120, check=False)
     try:
+        p = subprocess.run([sys.executable, str(HERE / "machine_probe.py"), "--json"], capture_output=True,
+                           text=True, timeout=120, check=False)
         return json.loads(p.stdout)
-    except json.JSONDecodeError:
+    except (subprocess.TimeoutExpired, json.JSONDecodeError):
         return None
+
+
+_PROBE_PARTS = (("python_s", "python loop {:.3f} s"), ("objects_s", "objects {:.3f} s"),
+                ("fresh_memory_mb_s", "fresh memory {:,.0f} MB/s"), ("fdatasync_ms", "fdatasync {:.2f} ms"))
 
 
 def _probe_text(p: dict | None) -> str:
     if not p:
         return "probe failed"
-    return (f"python loop {p['python_s']:.3f} s, objects {p['objects_s']:.3f} s, fresh memory {p['fresh_memory_mb_s']:,.0f} MB/s, "
-            f"fdatasync {p['fdatasync_ms']:.2f} ms")
+    return ", ".join(text.format(p[k]) for k, text in _PROBE_PARTS if k in p)
 
 
 def fmt(v: object) -> str:

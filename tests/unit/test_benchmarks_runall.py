@@ -183,11 +183,12 @@ def test_markdown_head_names_the_machine_probe_before_and_after():
     meta = {"date": "2026-12-01 20:50 UTC", "quick": False, "commit": "a566ef1", "nproc": 2, "mem_gib": 23.5,
             "python": "3.11.7", "load_before": (0.1, 0.2, 0.3), "load_after": (3.0, 2.0, 1.0), "seconds": 130.0,
             "durations_s": {"checker": 22.0},
-            "probe_before": {"python_s": 0.1453, "objects_s": 0.2501, "fresh_memory_mb_s": 1533.9, "fdatasync_ms": 0.2044},
+            "probe_before": {"python_s": 0.1453, "objects_s": 0.2501, "fresh_memory_mb_s": 1533.9,
+                             "fdatasync_ms": 0.2044},
             "probe_after": None}
     head = run_all.markdown(meta, []).split("\n\n", 1)[0]
-    assert head.endswith("Machine probe before: python loop 0.145 s, objects 0.250 s, fresh memory 1,534 MB/s, fdatasync 0.20 ms;"
-                         " after: probe failed.")
+    assert head.endswith("Machine probe before: python loop 0.145 s, objects 0.250 s, fresh memory 1,534 MB/s,"
+                         " fdatasync 0.20 ms; after: probe failed.")
 
 
 def test_machine_probe_measures_all_four_figures():

@@ -7,57 +7,73 @@ own in the same run, which places a figure but cannot say that the machine as a 
 slow. These probes can: run_all measures them before and after the benchmarks, so two tables taken
 hours apart show whether the machine or the code changed.
 
-- python: a fixed loop of integer arithmetic and dict inserts, CPU seconds (the interpreter's
-  speed: the brokers, the harness and the checker are mostly this);
-- python objects: building half a million small dicts and lists with the GC paused, CPU s
-  (allocation and first touch of the memory they take: the history's ops and the checker's
-  index are this);
+- python loop: a loop of integer arithmetic, millions of iterations per CPU second (the
+  interpreter's speed: the brokers, the harness and the checker are mostly this);
+- python objects: small dicts and lists built and freed with the GC paused, millions per CPU
+  second (allocation: the history's ops and the checker's index are this);
 - fresh memory: first writes to newly mapped memory, MB/s (page faults and zeroing: what
   large allocations, such as the checker's index, pay for);
 - fdatasync: median latency of one 1 KiB append + fdatasync in the temporary directory, ms
   (what every acknowledged write of the brokers waits for).
 
-    .venv/bin/python benchmarks/machine_probe.py [--json]
+Each CPU probe runs for 3 s of wall time: from one second to the next this VM's speed moved
+by up to 1.8x (a plain loop: 13.8-24.6 M iterations per second over 30 s), so a probe of a
+fraction of a second measured the second it ran in, not the machine.
+
+    .venv/bin/python benchmarks/machine_probe.py [--json] [--seconds 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import mmap
 import os
 import statistics
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 
-_LOOP = 2_000_000
+_SECONDS = 3.0  # per CPU probe: this VM's speed moves second by second, a short probe is noise
 _FRESH_BYTES = 256 << 20
 _SYNCS = 100
 
 
-def python_seconds() -> float:
-    t = time.process_time()
+def _rate(step: Callable[[], int], seconds: float) -> float:
+    """Units per CPU second of `step` (returning how many it did), run for `seconds` of wall time."""
+    done, t0, c0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < seconds:
+        done += step()
+    return done / (time.process_time() - c0)
+
+
+def _loop() -> int:
     x = 0
-    for i in range(_LOOP):
+    for i in range(20_000):
         x += i * i % 7
-    d = {}
-    for i in range(_LOOP // 10):
-        d[i] = i
-    return time.process_time() - t
+    return 20_000
 
 
-def objects_seconds() -> float:
-    """With the cyclic GC paused, as the checker runs: otherwise its scans are most of the time."""
+def _objects() -> int:
+    objs = [{"index": i, "value": [i, [i, i]]} for i in range(20_000)]
+    del objs
+    return 20_000
+
+
+def python_rate(seconds: float = _SECONDS) -> float:
+    """Millions of loop iterations (integer arithmetic) per CPU second."""
+    return _rate(_loop, seconds) / 1e6
+
+
+def objects_rate(seconds: float = _SECONDS) -> float:
+    """Millions of small dicts and lists built per CPU second, with the cyclic GC paused as the
+    checker runs (otherwise its scans are most of the time)."""
     gc.disable()
     try:
-        t = time.process_time()
-        objs = [{"index": i, "value": [i, [i, i]]} for i in range(500_000)]
-        took = time.process_time() - t
-        del objs
+        return _rate(_objects, seconds) / 1e6
     finally:
         gc.enable()
-    return took
 
 
 def fresh_memory_mb_s() -> float:
@@ -88,18 +104,22 @@ def fdatasync_ms(directory: str | None = None) -> float:
     return statistics.median(times) * 1e3
 
 
-def probe() -> dict[str, float]:
-    return {"python_s": python_seconds(), "objects_s": objects_seconds(), "fresh_memory_mb_s": fresh_memory_mb_s(),
-            "fdatasync_ms": fdatasync_ms()}
+def probe(seconds: float = _SECONDS) -> dict[str, float]:
+    return {"python_mops": python_rate(seconds), "objects_mops": objects_rate(seconds),
+            "fresh_memory_mb_s": fresh_memory_mb_s(), "fdatasync_ms": fdatasync_ms()}
 
 
 def main() -> None:
-    p = probe()
-    if "--json" in sys.argv[1:]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    ap.add_argument("--seconds", type=float, default=_SECONDS, help="wall time of each CPU probe")
+    a = ap.parse_args()
+    p = probe(a.seconds)
+    if a.json:
         print(json.dumps(p))
         return
-    print(f"python loop: {p['python_s']:.3f} s")
-    print(f"python objects: {p['objects_s']:.3f} s")
+    print(f"python loop: {p['python_mops']:.1f} M iterations per CPU s")
+    print(f"python objects: {p['objects_mops']:.2f} M per CPU s")
     print(f"fresh memory: {p['fresh_memory_mb_s']:,.0f} MB/s")
     print(f"fdatasync p50: {p['fdatasync_ms']:.3f} ms")
 

@@ -282,17 +282,17 @@ def machine() -> dict:
             "commit": commit, "load_before": os.getloadavg()}
 
 
-def machine_probe() -> dict | None:
-    """machine_probe.py's figures (python loop and objects s, fresh memory MB/s, fdatasync ms); None if it failed."""
+def machine_probe(seconds: float = 3.0) -> dict | None:
+    """machine_probe.py's figures (loop and objects M/CPU s, fresh memory MB/s, fdatasync ms); None if it failed."""
     try:
-        p = subprocess.run([sys.executable, str(HERE / "machine_probe.py"), "--json"], capture_output=True,
-                           text=True, timeout=120, check=False)
+        p = subprocess.run([sys.executable, str(HERE / "machine_probe.py"), "--json", "--seconds", str(seconds)],
+                           capture_output=True, text=True, timeout=120, check=False)
         return json.loads(p.stdout)
     except (subprocess.TimeoutExpired, json.JSONDecodeError):
         return None
 
 
-_PROBE_PARTS = (("python_s", "python loop {:.3f} s"), ("objects_s", "objects {:.3f} s"),
+_PROBE_PARTS = (("python_mops", "python loop {:.1f} M/s"), ("objects_mops", "objects {:.2f} M/s"),
                 ("fresh_memory_mb_s", "fresh memory {:,.0f} MB/s"), ("fdatasync_ms", "fdatasync {:.2f} ms"))
 
 
@@ -347,8 +347,9 @@ def main() -> int:
     a = ap.parse_args()
     benches = [b for b in BENCHES if not a.only or b.name in a.only]
     timeout = a.timeout or (900 if a.quick else 7200)
+    probe_s = 1.0 if a.quick else 3.0  # per CPU probe of machine_probe.py
     meta = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "quick": a.quick, **machine(),
-            "probe_before": machine_probe()}
+            "probe_before": machine_probe(probe_s)}
     console, rows, t0, durations = Console(), [], time.monotonic(), {}
     if not console.is_terminal:  # a log file: keep each row on one line
         console = Console(width=220)
@@ -366,7 +367,7 @@ def main() -> int:
             progress.console.print(f"{b.name}: {len(got)} rows")
             progress.advance(task)
         meta |= {"load_after": os.getloadavg(), "seconds": time.monotonic() - t0, "durations_s": durations,
-                 "probe_after": machine_probe()}
+                 "probe_after": machine_probe(probe_s)}
         a.out.mkdir(parents=True, exist_ok=True)
         stem = a.out / datetime.now(UTC).strftime("%Y-%m-%dT%H%M%S")
         logs = stem.with_suffix(".logs")

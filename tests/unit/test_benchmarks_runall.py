@@ -183,21 +183,21 @@ def test_markdown_head_names_the_machine_probe_before_and_after():
     meta = {"date": "2026-12-01 20:50 UTC", "quick": False, "commit": "a566ef1", "nproc": 2, "mem_gib": 23.5,
             "python": "3.11.7", "load_before": (0.1, 0.2, 0.3), "load_after": (3.0, 2.0, 1.0), "seconds": 130.0,
             "durations_s": {"checker": 22.0},
-            "probe_before": {"python_s": 0.1453, "objects_s": 0.2501, "fresh_memory_mb_s": 1533.9,
+            "probe_before": {"python_mops": 21.37, "objects_mops": 2.4501, "fresh_memory_mb_s": 1533.9,
                              "fdatasync_ms": 0.2044},
             "probe_after": None}
     head = run_all.markdown(meta, []).split("\n\n", 1)[0]
-    assert head.endswith("Machine probe before: python loop 0.145 s, objects 0.250 s, fresh memory 1,534 MB/s,"
+    assert head.endswith("Machine probe before: python loop 21.4 M/s, objects 2.45 M/s, fresh memory 1,534 MB/s,"
                          " fdatasync 0.20 ms; after: probe failed.")
 
 
 def test_machine_probe_measures_all_four_figures():
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "machine_probe.py"), "--json"],
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "machine_probe.py"), "--json", "--seconds", "0.3"],
                        capture_output=True, text=True, timeout=120, check=True)
     got = json.loads(p.stdout)
-    assert set(got) == {"python_s", "objects_s", "fresh_memory_mb_s", "fdatasync_ms"}
+    assert set(got) == {"python_mops", "objects_mops", "fresh_memory_mb_s", "fdatasync_ms"}
     assert all(isinstance(v, float) and v > 0 for v in got.values()), got
-    assert run_all.machine_probe().keys() == got.keys()
+    assert run_all.machine_probe(0.3).keys() == got.keys()
 
 
 @pytest.mark.parametrize("value, text", [(None, "-"), (True, "yes"), (False, "NO"), (12820.0, "12,820"),
@@ -251,7 +251,7 @@ def test_quick_run_of_the_two_quickest_benchmarks_end_to_end(tmp_path):
     [js] = tmp_path.glob("*.json")
     data = json.loads(js.read_text())
     assert data["meta"]["quick"] is True and set(data["meta"]["durations_s"]) == {"linear", "raft"}
-    assert data["meta"]["probe_before"]["python_s"] > 0 and data["meta"]["probe_after"]["fdatasync_ms"] > 0
+    assert data["meta"]["probe_before"]["python_mops"] > 0 and data["meta"]["probe_after"]["fdatasync_ms"] > 0
     assert {r["benchmark"] for r in data["rows"]} == {"linear", "raft"}
     assert all(r["value"] is not None for r in data["rows"]), data["rows"]
     assert len(data["rows"]) >= 5

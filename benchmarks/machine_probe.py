@@ -4,8 +4,8 @@ from a slow change.
 A VM's speed drifts through the day, for reasons outside it (other load on its host), and
 the benchmarks' figures drift with it. Each benchmark compares against a reference of its
 own in the same run, which places a figure but cannot say that the machine as a whole was
-slow. These probes can: run_all measures them before and after the benchmarks, so two tables taken
-hours apart show whether the machine or the code changed.
+slow. These probes can: run_all measures them before and after the benchmarks, so two
+tables taken hours apart show whether the machine or the code changed.
 
 - python loop: a loop of integer arithmetic, millions of iterations per CPU second (the
   interpreter's speed: the brokers, the harness and the checker are mostly this);
@@ -114,6 +114,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--seconds", type=float, default=_SECONDS, help="wall time of each CPU probe")
     a = ap.parse_args()
+    if not a.seconds > 0:
+        ap.error(f"--seconds must be positive, got {a.seconds:g}")
     p = probe(a.seconds)
     if a.json:
         print(json.dumps(p))

@@ -198,6 +198,9 @@ def test_machine_probe_measures_all_four_figures():
     assert set(got) == {"python_mops", "objects_mops", "fresh_memory_mb_s", "fdatasync_ms"}
     assert all(isinstance(v, float) and v > 0 for v in got.values()), got
     assert run_all.machine_probe(0.3).keys() == got.keys()
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "machine_probe.py"), "--seconds", "0"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "--seconds must be positive, got 0" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.parametrize("value, text", [(None, "-"), (True, "yes"), (False, "NO"), (12820.0, "12,820"),

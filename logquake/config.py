@@ -230,7 +230,7 @@ def _check_broker(key: str, value: dict[str, Any]) -> None:
     try:
         parse_node_config({**_NODE_STANDINS, **value})
     except ConfigError as e:
-        raise ConfigError(f"{key}.{e.key}", str(e).split(": ", 1)[1], hint=e.hint) from None
+        raise e.under(key) from None
 
 
 def _check_key(key: str, where: str) -> str:

@@ -36,6 +36,11 @@ class ConfigError(UserError):
     def __init__(self, key: str, message: str, *, hint: str | None = None) -> None:
         super().__init__(f"{key}: {message}", hint=hint)
         self.key = key
+        self.message = message
+
+    def under(self, parent: str) -> ConfigError:
+        """The same error for a key nested in `parent` (`parent.key`)."""
+        return ConfigError(f"{parent}.{self.key}", self.message, hint=self.hint)
 
 
 class HistoryFormatError(UserError):

@@ -151,7 +151,7 @@ def _port(item: dict[str, Any], key: str, sub: str) -> int:
     try:
         return _int(item, sub, lo=1, hi=65535)
     except ConfigError as e:
-        raise ConfigError(f"{key}.{sub}", str(e).split(": ", 1)[1]) from None
+        raise e.under(key) from None
 
 
 _KNOWN = {"node_id", "data_dir", "log_file", "fsync", "fsync_interval_ms", "default_partitions",

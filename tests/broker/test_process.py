@@ -44,6 +44,15 @@ def test_bad_node_config_names_the_key(raw, key) -> None:
     assert e.value.key == key
 
 
+def test_a_nested_key_keeps_the_message_and_hint_of_its_error() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_node_config(_cfg(nodes=[{"node_id": 1, "host": "h", "kafka_port": 0, "raft_port": 2}]))
+    assert str(e.value) == "nodes[0].kafka_port: must be an integer in [1, 65535], got 0"
+    nested = ConfigError("fsync", "must be one of always, never", hint="see README").under("broker")
+    assert (nested.key, nested.message, nested.hint) == ("broker.fsync", "must be one of always, never", "see README")
+    assert str(nested) == "broker.fsync: must be one of always, never"
+
+
 def test_node_config_defaults_and_unsafe_off() -> None:
     cfg = parse_node_config(_cfg(unsafe={"dedup": False, "fsync": "never"}))
     assert cfg.fsync == "always" and cfg.effective_fsync == "never" and cfg.unsafe["dedup"] == "off"

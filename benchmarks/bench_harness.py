@@ -147,8 +147,6 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-
-
 def _broker_stats(logs: list[Path], t0: float, t1: float) -> tuple[dict[str, float], int]:
     """Per second, summed over the brokers: the counters of their 5 s stats lines logged
     between wall-clock times t0 and t1 (each line counts the 5 s before it), and how many

@@ -247,10 +247,10 @@ def test_all(
     invalid on the safe broker or an unsafe mode not caught, 2 a run whose verdict is
     unknown or that could not run.
     """
-    from logquake.matrix import test_all_with_display
+    from logquake.matrix_display import run_with_display
 
-    raise typer.Exit(test_all_with_display(config, test_count=test_count, time_limit=time_limit,
-                                           results_dir=results_dir, console=Console(), guarantees=guarantee))
+    raise typer.Exit(run_with_display(config, test_count=test_count, time_limit=time_limit,
+                                      results_dir=results_dir, console=Console(), guarantees=guarantee))
 
 
 @cluster_app.command("up")

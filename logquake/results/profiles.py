@@ -1,7 +1,7 @@
 """profiles.html: a test-all matrix's guarantee profiles side by side.
 
 `write_profiles_report(out_dir, index)` renders the `profiles` rows of a matrix's index.json
-(logquake.matrix.by_profile): per profile its runs and outcomes, the bad anomaly types its
+(logquake.matrix.verdicts.by_profile): per profile its runs and outcomes, the bad anomaly types its
 runs showed, and, where it ran the pipeline workload, the processing-count distribution
 added up over those runs, drawn as grouped bars (shares of each profile's input values,
 since runs differ in length). Written only for a matrix of several profiles; one file,

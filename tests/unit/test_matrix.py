@@ -21,10 +21,10 @@ from logquake.matrix import (
     judge,
     load_matrix,
     parse_matrix,
-    render_junit,
     run_matrix,
     summarize,
 )
+from logquake.results.junit import render_junit
 
 SAFE = Cell(name="safe/queue/kill", config={"nemesis": ["kill"]})
 ACK = Cell(name="unsafe/ack-early/partition", config={}, expect=("lost-write",))

@@ -28,14 +28,11 @@ of two versions on a shared machine compares best at a rate both sustain. With
 LQ_BROKER_CPROFILE=<dir> in the environment, every broker writes a cProfile of its event
 loop's thread (CPU time) there when it stops (about 3x slower while on).
 
-Measured 1 Dec 2026 (5 nodes, 20 workers, fresh keys, 30 s x 3 rounds, quiet machine): the
-harness 2,250-2,520 ops/s, raw client calls 2,740-3,040; brokers ~0.6 ms and this process ~0.22
-ms of CPU per op, so it is now bound by CPU. With small write turns fsynced inline (that
-night): 2,400-2,500 ops/s. Before that it was bound by latency that
-librdkafka's once-a-second topic scan added: the first sends to every new key (until new
-topics reported "coming up" at topic level, handlers.py), then the polls after assigning a
-new key (until the adapter asked for its metadata at the assign, confluent.py). History and
-figures: benchmarks/README.md, "Harness throughput". Usage:
+On a quiet 2-core machine the harness is bound by CPU (brokers ~0.6 ms and this process
+~0.22 ms per op), not by latency: librdkafka's once-a-second topic scan would add latency to
+the first sends to every new key and to the polls after assigning one, which the broker's
+topic-level "coming up" answer (handlers.py) and the adapter's metadata request at assign
+(confluent.py) avoid. Latest figures: benchmarks/README.md. Usage:
 
     .venv/bin/python benchmarks/bench_harness.py [--workers 20] [--seconds 10] [--cluster lab|local|memory]
 """

@@ -1,4 +1,4 @@
-"""Benchmark of the queue checker (issue #3).
+"""Benchmark of the queue checker.
 
 1. A generated transactional history of --ops history ops (10 active keys with rotation,
    10 workers, 1% fail, 1% info), written as history.jsonl: read it with

@@ -13,7 +13,7 @@ References (same machine, same moment):
   python_start_s     starting 5 `python -c pass` processes in parallel
   broker_cli_start_s 5 parallel imports of logquake.cli + logquake.broker.process: paid by every broker start
   nsenter_s          one `nsenter ... true` into a node (one round of any fault on one node)
-Targets from issue #5: cluster_up_s < 5 s, partition_s < 200 ms.
+Targets (run_all's target column): cluster_up_s < 5 s, partition_s < 200 ms.
 """
 
 from __future__ import annotations

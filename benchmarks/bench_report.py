@@ -8,7 +8,7 @@ a results.json naming ops and keys deep inside it, then times `write_report` aga
 reference measured in the same run on the same file: streaming the history through
 `read_history` and doing nothing else, the floor any report must pay. Prints the report's
 time, its ratio to the reference, its size, and the process's peak memory. The target
-(issue #9) for 1,000,000 ops: under 30 s and under 20 MB.
+for 1,000,000 ops: under 30 s and under 20 MB.
 
 `--check` also runs the real checker to make results.json (slow: minutes for 1M ops).
 """

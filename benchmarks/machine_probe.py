@@ -20,9 +20,10 @@ Each CPU probe runs for 3 s of wall time: from one second to the next this VM's 
 by up to 1.8x (a plain loop: 13.8-24.6 M iterations per second over 30 s), so a probe of a
 fraction of a second measured the second it ran in, not the machine.
 
-Read the four together: a slow phase may be in memory alone. At 23:26 UTC on 1 Dec the loop
-ran at full speed (26 M/s) while the checker's json reference took 1.7x its usual time; the
-objects and fresh-memory figures were the ones that were down.
+Read the four together: a slow phase may be in memory alone. The loop can run at full speed
+(~26 M/s) while the checker's json reference takes 1.7x its usual time; then the objects and
+fresh-memory figures are the ones that are down, and work that allocates much slows while a
+loop over a few objects does not.
 
     .venv/bin/python benchmarks/machine_probe.py [--json] [--seconds 3]
 """

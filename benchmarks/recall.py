@@ -1,5 +1,5 @@
 """The harness's recall: how often each unsafe broker mode is caught, and how often the safe
-broker stays valid, over seeded runs of docs/recall-matrix.yaml (issue #12).
+broker stays valid, over seeded runs of docs/recall-matrix.yaml.
 
     .venv/bin/python benchmarks/recall.py                       # 10 seeds per cell, ~2-3 h on 2 cores
     .venv/bin/python benchmarks/recall.py --test-count 3 --time-limit 20 --only unsafe

@@ -57,11 +57,11 @@ def _exactly_once(prof: dict) -> None:
     assert "duplicate" not in prof["allowed_anomalies"] and "lost-write" not in prof["allowed_anomalies"]
 
 
-# Exactly-once queue runs used to end `unseen` here: after a commit of unknown outcome the
-# adapters replaced their producer under a fresh transactional id, leaving the old
-# transaction open (holding its partitions' last stable offset) for the coordinator to time
-# out. Now a client keeps its id, and the new producer's init_transactions ends it at once
-# (tests/workloads/test_adapters.py pins that against real brokers).
+# After a commit of unknown outcome a client replaces its producer but keeps its
+# transactional id, so the new producer's init_transactions ends the old transaction at once.
+# Under a fresh id the old transaction would stay open, holding its partitions' last stable
+# offset until the coordinator timed it out, and an exactly-once run under kills would end
+# `unseen` (tests/workloads/test_adapters.py pins the id against real brokers).
 
 
 @pytest.mark.slow

@@ -324,7 +324,8 @@ def test_cli_rejects_an_unknown_guarantee_without_running_anything(tmp_path):
 
 
 def test_recall_table_filters_cells_by_name_part_so_safe_never_selects_unsafe(tmp_path):
-    # benchmarks/recall.py --only: `safe/txn` once also matched `unsafe/txn_markers-partial/kill`
+    # benchmarks/recall.py --only matches name parts: a plain substring filter would let `safe/txn`
+    # select `unsafe/txn_markers-partial/kill` too
     runs = [judge(Cell(name=n, config={}, expect=e), 1, _res(*r)) for n, e, r in (
         ("safe/txn/disk", (), (True,)),
         ("safe/txn/disk:power-loss", (), (True,)),

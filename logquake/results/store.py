@@ -8,6 +8,11 @@
         harness.log     this process's log
         nodes/<node>/   broker logs (collected by the cluster)
     results/latest -> <test name>/<start time>
+
+Every name a run, test-all or merge gives a directory or file goes through `portable_name`:
+test names come from users and matrix cells (`partition:leader`), and CI artifact stores
+(GitHub's upload-artifact) and other file systems refuse `:`, `*`, `?`, `"`, `<`, `>`, `|`
+and `\\`. The name in test.json and index.json stays the one the user or cell gave.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,11 +33,24 @@ JUNIT = "junit.xml"
 HARNESS_LOG = "harness.log"
 NODES = "nodes"
 
+# Characters some file system or artifact store refuses in a path component, and control
+# characters (a newline in a directory name breaks more tools than it pleases).
+_NOT_PORTABLE = re.compile(r'[:*?"<>|\\/\x00-\x1f\x7f]')
+
+
+def portable_name(name: str) -> str:
+    """`name` as one path component every file system and CI artifact store accepts: each
+    character of `:*?"<>|\\/` or a control character becomes `-` (`partition:leader` ->
+    `partition-leader`); `.`, `..` and "" (no name of their own) become `-`."""
+    name = _NOT_PORTABLE.sub("-", name)
+    return "-" if name in ("", ".", "..") else name
+
 
 def create_run_dir(results_dir: str | Path, name: str, *, start: datetime | None = None) -> Path:
-    """A new, empty results/<name>/<start time>/ directory (never an existing one)."""
+    """A new, empty results/<name>/<start time>/ directory (never an existing one); the name
+    made portable."""
     start = start or datetime.now(UTC)
-    base = Path(results_dir) / name
+    base = Path(results_dir) / portable_name(name)
     stamp = start.strftime("%Y%m%dT%H%M%S.%f")[:-3] + "Z"
     for n in range(1000):
         d = base / (stamp if n == 0 else f"{stamp}-{n}")

@@ -22,7 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from logquake.matrix import RunResult, load_matrix, run_matrix, summarize
+from logquake.matrix import RunResult, load_matrix, matches, run_matrix, summarize
 
 MATRIX = Path(__file__).resolve().parent.parent / "docs" / "recall-matrix.yaml"
 
@@ -46,17 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.table:
-        runs = [RunResult(**{**r, "expect": tuple(r["expect"]), "bad": tuple(r["bad"])})
+        runs = [RunResult.from_json(r)
                 for path in args.table for r in json.loads(path.read_text())["runs"]]
         if args.only:
-            runs = [r for r in runs if _selected(r.cell, args.only)]
+            runs = [r for r in runs if matches(r.cell, args.only)]
         print(f"{len(runs)} runs from {len(args.table)} index file(s)\n")
         return _print_table(runs)
     matrix = load_matrix(args.config, test_count=args.test_count, time_limit=args.time_limit)
     if args.seed is not None:
         matrix = replace(matrix, seed=args.seed)
     if args.only:
-        matrix = replace(matrix, cells=tuple(c for c in matrix.cells if _selected(c.name, args.only)))
+        matrix = replace(matrix, cells=tuple(c for c in matrix.cells if matches(c.name, args.only)))
         if not matrix.cells:
             print(f"recall.py: no cell matches --only {' --only '.join(args.only)}", file=sys.stderr)
             return 2
@@ -69,18 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{matrix.test_count} seeds per cell from {matrix.seed}, time_limit {limit} s, "
           f"{time.monotonic() - t0:.0f} s wall; index: {out_dir / 'index.json'}\n")
     return _print_table(runs)
-
-
-def _selected(cell: str, only: list[str]) -> bool:
-    """Does `cell` match one of the --only patterns? A pattern must start where the name or one
-    of its parts does (after `/`, `-` or `:`), so `safe/` never selects an `unsafe/` cell; with
-    a trailing `$` it must also end where the name does (`safe/txn/disk$`)."""
-    for o in only:
-        exact, o = o.endswith("$"), o.rstrip("$")
-        for i in range(len(cell)):
-            if (i == 0 or cell[i - 1] in "/-:") and cell.startswith(o, i) and (not exact or i + len(o) == len(cell)):
-                return True
-    return False
 
 
 def _print_table(runs: list[RunResult]) -> int:

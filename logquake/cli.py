@@ -227,8 +227,13 @@ def broker(
         raise typer.Exit(code)
 
 
-@app.command("test-all")
+test_all_app = typer.Typer(no_args_is_help=False, add_completion=False)
+app.add_typer(test_all_app, name="test-all")
+
+
+@test_all_app.callback(invoke_without_command=True)
 def test_all(
+    ctx: typer.Context,
     config: Annotated[Path | None, typer.Option("--config", help="Matrix YAML (default: the built-in one).")] = None,
     test_count: Annotated[int | None, typer.Option(help="Seeded runs per cell (default 1).", min=1)] = None,
     time_limit: Annotated[float | None, typer.Option(help="Seconds of each run's main phase.")] = None,
@@ -239,18 +244,57 @@ def test_all(
                                          "at-most-once | at-least-once | idempotent | exactly-once (repeatable or "
                                          "comma-separated; replaces the matrix's `guarantees`)."),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Cells with a name part starting with this (`safe/txn` is not "
+                                    "`unsafe/txn_markers`; a trailing `$` asks for the whole rest of the name; "
+                                    "repeatable)."),
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option("--shard", help="Run shard K of N (K/N, 1-based) of the (cell, seed) pairs, or `auto`: "
+                                     "CI_NODE_INDEX/CI_NODE_TOTAL (GitLab `parallel:`) or JOB_COMPLETION_INDEX "
+                                     "with LOGQUAKE_SHARD_TOTAL (Kubernetes Indexed Job). Join the shards with "
+                                     "`logquake test-all merge`."),
+    ] = None,
 ) -> None:
     """Run a matrix of workloads x nemeses x broker modes (docs/unsafe-modes.md).
 
-    Writes index.json and junit.xml under results/test-all/<time>/ (and profiles.html when
-    the matrix has several guarantee profiles). Exit 0 every run as expected, 1 a run
-    invalid on the safe broker or an unsafe mode not caught, 2 a run whose verdict is
-    unknown or that could not run.
+    Writes index.json and junit.xml under results/test-all/<time>/ (a shard:
+    <time>-shard-K-of-N/; profiles.html too when the matrix has several guarantee profiles).
+    Exit 0 every run as expected, 1 a run invalid on the safe broker or an unsafe mode not
+    caught, 2 a run whose verdict is unknown or that could not run, 3 a bad matrix or flag.
+    `logquake test-all merge DIR...` joins shards (docs/ci.md).
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    from logquake.matrix import parse_shard
     from logquake.matrix_display import run_with_display
 
+    part = parse_shard(shard)
     raise typer.Exit(run_with_display(config, test_count=test_count, time_limit=time_limit,
-                                      results_dir=results_dir, console=Console(), guarantees=guarantee))
+                                      results_dir=results_dir, console=Console(), guarantees=guarantee,
+                                      only=only, shard=part))
+
+
+@test_all_app.command("merge")
+def test_all_merge(
+    dirs: Annotated[list[Path], typer.Argument(help="Shards' results directories, test-all/<time>/ directories "
+                                                     "or index.json files.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Where the joined index.json and junit.xml go "
+                                                            "(default <results-dir>/test-all/<time>-merged/).")
+                   ] = None,
+    results_dir: Annotated[str, typer.Option(help="Default parent of --out.")] = "results",
+) -> None:
+    """Join the shards of one test-all into one index.json, junit.xml, table and exit code.
+
+    Refuses shards of different matrices (another matrix, --only, --test-count, --time-limit,
+    --guarantee or seed). A pair whose shard is missing or stopped early is an error run.
+    Exit codes as test-all's.
+    """
+    from logquake.matrix_display import merge_with_display
+
+    raise typer.Exit(merge_with_display(dirs, out_dir=out, results_dir=results_dir, console=Console()))
 
 
 @cluster_app.command("up")

@@ -25,13 +25,17 @@ an unsafe cell's expectation keeps only the types its profile calls bad. Without
 names stay as they were and each cell runs under its config's (or the default) profile;
 every cell records its profile either way.
 
-Each cell runs `test_count` times with seeds `seed`, `seed+1`, ... (`expand`).
+Each cell runs `test_count` times with seeds `seed`, `seed+1`, ... (`expand`). `select`
+keeps the cells an `--only` pattern names; `fingerprint` identifies the matrix, so that
+shards of one test-all can be told from shards of another.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +48,8 @@ from logquake.errors import ConfigError
 # types it allows (the axis's names, and what an unsafe cell may still expect under it).
 from logquake.workloads.profiles import PROFILES
 
-__all__ = ["DEFAULT_MATRIX", "Cell", "Matrix", "expand", "load_matrix", "parse_matrix"]
+__all__ = ["DEFAULT_MATRIX", "Cell", "Matrix", "expand", "fingerprint", "load_matrix", "matches", "parse_matrix",
+           "select"]
 
 # Every run is short and on 3 nodes: the matrix must fit a nightly job on a small machine.
 DEFAULT_MATRIX: dict[str, Any] = {
@@ -272,3 +277,35 @@ def expand(matrix: Matrix) -> list[tuple[Cell, int]]:
     return [(c, matrix.seed + i) for c in matrix.cells for i in range(matrix.test_count)]
 
 
+
+
+def matches(name: str, patterns: list[str]) -> bool:
+    """Does cell `name` match one of the `--only` patterns? A pattern must start where the name
+    or one of its parts does (after `/`, `-` or `:`), so `safe/` never selects an `unsafe/` cell;
+    with a trailing `$` it must also end where the name does (`safe/txn/disk$`)."""
+    for o in patterns:
+        exact, o = o.endswith("$"), o.rstrip("$")
+        for i in range(len(name)):
+            if (i == 0 or name[i - 1] in "/-:") and name.startswith(o, i) and (not exact or i + len(o) == len(name)):
+                return True
+    return False
+
+
+def select(matrix: Matrix, only: list[str]) -> Matrix:
+    """The matrix of the cells `only` names (all of them when `only` is empty)."""
+    if not only:
+        return matrix
+    cells = tuple(c for c in matrix.cells if matches(c.name, only))
+    if not cells:
+        raise ConfigError("--only", f"no cell matches {' or '.join(only)}",
+                          hint="a pattern starts where a part of a cell name does, e.g. safe/queue, "
+                               "ack-early, partition:leader; end it with $ for the whole rest of the name")
+    return replace(matrix, cells=cells)
+
+
+def fingerprint(matrix: Matrix) -> str:
+    """A short digest of what the matrix runs (cells, configs, expectations, seeds): equal for
+    every shard of one test-all, different as soon as a cell, a flag or the seeds differ."""
+    text = json.dumps({"cells": [asdict(c) for c in matrix.cells], "test_count": matrix.test_count,
+                       "seed": matrix.seed}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

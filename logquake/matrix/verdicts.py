@@ -37,6 +37,11 @@ class RunResult:
     guarantee: str = ""
     processing_counts: dict[str, int] = field(default_factory=dict)  # pipeline runs: {times: inputs}
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RunResult:
+        """A run as index.json stores it (lists where the record has tuples)."""
+        return cls(**{**d, "expect": tuple(d.get("expect") or ()), "bad": tuple(d.get("bad") or ())})
+
 
 def judge(cell: Cell, seed: int, results: Mapping[str, Any], *, run_dir: str = "", duration: float = 0.0) -> RunResult:
     """A run's outcome against what its cell expects."""

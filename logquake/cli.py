@@ -195,10 +195,13 @@ def serve(
     results: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
     host: Annotated[str, typer.Option(help="Address to bind; other than loopback exposes your runs.")] = "127.0.0.1",
 ) -> None:
-    """Serve the results directory over HTTP (127.0.0.1 by default)."""
-    from logquake.errors import UserError
+    """Serve the results directory over HTTP (127.0.0.1 by default): runs, and each test's trend."""
+    from logquake.errors import ConfigError, UserError
     from logquake.results.serve import make_server
 
+    if not results.is_dir():
+        raise ConfigError("--results", f"{results} is not a directory" if results.exists()
+                          else f"no such directory: {results}")
     try:
         server = make_server(results, host=host, port=port)
     except OSError as e:

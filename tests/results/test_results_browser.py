@@ -157,3 +157,48 @@ def test_profiles_page_compares_the_profiles_in_chromium(browser, tmp_path: Path
         assert all(g in legend for g in PIPELINE_PROFILES)
     finally:
         page.close()
+
+
+def test_trend_page_draws_three_runs_as_marks_in_order_in_chromium(browser, tmp_path: Path) -> None:
+    """`logquake serve`'s trend of one test over three nights (valid, invalid, valid), served
+    over HTTP: three marks left to right in that order, each a link to its run; nothing fetched."""
+    import threading
+
+    from results_fixtures import valid_ops, valid_results
+
+    from logquake.results.serve import make_server
+
+    root = tmp_path / "results"
+    for day, ops, results in (("28", valid_ops(), valid_results()), ("29", invalid_ops(), invalid_results()),
+                              ("30", valid_ops(), valid_results())):
+        make_run_dir(root, ops, results, name="queue", start=f"202611{day}T031700.000Z")
+    srv = make_server(root, port=0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    problems: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    try:
+        page.goto(f"{base}/", wait_until="load", timeout=120_000)
+        page.click("#tests a:text('queue')", timeout=120_000)
+        page.wait_for_selector("svg#trend circle.mark", timeout=120_000)
+        page.screenshot(path=str(tmp_path / "trend.png"), full_page=True, timeout=120_000)
+        print(f"screenshot in {tmp_path}")
+        assert problems == [] and requests == [f"{base}/", f"{base}/?trend=queue"]
+        marks = page.locator("svg#trend circle.mark")
+        assert marks.count() == 3
+        statuses = [marks.nth(i).get_attribute("data-status") for i in range(3)]
+        assert statuses == ["valid", "invalid", "valid"]
+        boxes = [marks.nth(i).bounding_box() for i in range(3)]
+        assert boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"] and all(b["width"] > 5 for b in boxes)
+        fills = [marks.nth(i).evaluate("e => getComputedStyle(e).fill") for i in range(3)]
+        assert fills[0] == fills[2] != fills[1]
+        assert marks.nth(1).evaluate("e => e.parentElement.getAttribute('href')") == "/queue/20261129T031700.000Z/"
+    finally:
+        page.close()
+        srv.shutdown()
+        srv.server_close()

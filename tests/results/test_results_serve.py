@@ -83,7 +83,7 @@ def test_index_lists_runs_newest_first_with_verdicts_and_half_written_runs(serve
         "queue/20261129T150000.000Z", "queue/20261129T140000.000Z", "queue/20261129T130000.000Z",
         "queue/20261129T120000.000Z", "pipeline/20261129T110000.000Z", "queue/20261129T100000.000Z",
     ]
-    assert rows == ["incomplete", "broken", "incomplete", "invalid", "unknown", "valid"]
+    assert rows == ["incomplete", "unreadable", "incomplete", "invalid", "unknown", "valid"]
     assert "cycle search timed out" in page and "half-written" in page and "lost-write" in page
     assert "not-a-run" not in page
     assert 'href="/queue/20261129T100000.000Z/report.html"' in page

@@ -1,7 +1,8 @@
-"""`logquake test-all` on the terminal: a live table of the runs, then the summary tables.
+"""`logquake test-all` (and `test-all merge`) on the terminal: a live table of the runs, then
+the summary tables.
 
-Rendering only: the matrix comes from logquake.matrix (spec, run, verdicts); the tables
-show its `RunResult`s and the rows of `summarize` and `by_profile` with rich.
+Rendering only: the matrix comes from logquake.matrix (spec, shard, run, merge, verdicts);
+the tables show its `RunResult`s and the rows of `summarize` and `by_profile` with rich.
 """
 
 from __future__ import annotations

@@ -341,11 +341,16 @@ def trend_svg(runs: list[RunEntry], rates: list[float | None]) -> str:
                      f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{round(t, 6):g}</text>')
     parts.append(f'<text x="14" y="{_TOP + plot_h / 2:.0f}" transform="rotate(-90 14 {_TOP + plot_h / 2:.0f})" '
                  'text-anchor="middle">ok ops/s</text>')
-    for i, (r, rate) in enumerate(zip(runs, rates, strict=True)):
-        # spread by time; equal or close start times still keep their order, 8 px apart at least
+    # spread by time; runs at equal or close start times keep their order, `gap` px apart
+    gap = min(8.0, (plot_w - 20) / max(len(runs) - 1, 1))
+    xs: list[float] = []
+    for r in runs:
         frac = (r.started - t0) / (t1 - t0) if t1 > t0 else 0.5
         x = _LEFT + 10 + (plot_w - 20) * (frac if len(runs) > 1 else 0.5)
-        x = max(x, _LEFT + 10 + 8 * i) if len(runs) > 1 else x
+        xs.append(max(x, xs[-1] + gap) if xs else x)
+    shift = max(xs[-1] - (_W - _RIGHT - 10), 0.0)  # a crowded right end pushed back inside
+    for r, rate, x in zip(runs, rates, xs, strict=True):
+        x -= shift * (x - xs[0]) / (xs[-1] - xs[0]) if xs[-1] > xs[0] else 0.0
         y = _TOP + plot_h - (plot_h * rate / top if rate is not None else 0)
         colour = STATUS_COLOURS[r.status]
         fill = colour if rate is not None else "#fff"

@@ -96,6 +96,8 @@ def merge_with_display(paths: list[Path], *, out_dir: Path | None, results_dir: 
     for m in data["merged"]:
         state = "" if m["done"] else " (stopped early)"
         console.print(f"shard {m['shard']}: {m['runs']} runs{state} from {m['index']}", highlight=False)
+    for k in data["missing_shards"]:
+        console.print(f"[yellow]shard {k}: no index.json given; its runs count as errors[/]", highlight=False)
     return _summary(runs, out_dir, console)
 
 

@@ -125,6 +125,7 @@ def merge_indexes(indexes: list[tuple[Path, dict[str, Any]]]) -> tuple[dict[str,
                       done=done, shard=WHOLE)
     data["merged"] = [{"index": str(p), "shard": k, "runs": len(d["runs"]), "done": d.get("done") is True}
                       for k, (p, d) in sorted(shards.items())]
+    data["missing_shards"] = [m.index for m in missing]
     return data, runs
 
 

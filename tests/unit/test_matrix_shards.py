@@ -110,7 +110,7 @@ def test_bad_shards_name_the_flag_or_variable(text, env, key):
 
 def _normalised(index):
     """An index without what differs between machines and moments: start, durations, merge sources."""
-    out = {k: v for k, v in index.items() if k not in ("started", "merged")}
+    out = {k: v for k, v in index.items() if k not in ("started", "merged", "missing_shards")}
     out["runs"] = [{k: v for k, v in r.items() if k != "duration"} for r in index["runs"]]
     return out
 
@@ -165,7 +165,7 @@ def test_a_missing_shard_is_an_error_never_a_pass(tmp_path):
     missing = {s for _, s in shard_pairs(m, Shard(index=2, total=2))}
     assert [(r.seed, r.outcome) for r in runs if r.outcome == "error"] == [(s, "error") for s in sorted(missing)]
     assert all("shard 2/2 gave no index.json" in r.message for r in runs if r.outcome == "error")
-    assert data["exit_code"] == 2 and data["done"] is False
+    assert data["exit_code"] == 2 and data["done"] is False and data["missing_shards"] == [2]
 
 
 def test_only_selects_cells_by_name_part():

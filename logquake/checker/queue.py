@@ -4,7 +4,9 @@
 `*_cases(ix, opts)` function per anomaly family; each returns examples (dicts naming the
 ops involved by index, process and time). Cycle anomalies come from cycles.py. Every
 analysis runs under `run_safely`, so one that crashes makes the verdict unknown rather
-than hiding the others. Pure: no I/O, no clock but the cycle search's time budget.
+than hiding the others; a figure for the report (realtime lag, causes of info ops) that
+crashes is listed in `informational_errors` and leaves the verdict to the anomalies.
+Pure: no I/O, no clock but the cycle search's time budget.
 
 Where this departs from jepsen.tests.kafka, and why:
 - Reads are placed in the version order by their offset (dense index of the offset), not
@@ -82,15 +84,18 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
         timed_out = cyc.timed_out
         found.update({t: e for t, e in cyc.cases.items() if e})
         counts.update({t: n for t, n in cyc.counts.items() if n})
+    informational: dict[str, str] = {}  # failures of figures for the report: beside the verdict
     info = {
-        "worst_realtime_lag": run_safely("realtime-lag", lambda: worst_realtime_lag(ix), errors),
+        "worst_realtime_lag": run_safely("realtime-lag", lambda: worst_realtime_lag(ix), informational),
         "unseen_over_time": unseen["over_time"] if unseen else [],
-        "info_txn_causes": run_safely("info-causes", lambda: info_causes(ix), errors),
+        "info_txn_causes": run_safely("info-causes", lambda: info_causes(ix), informational),
         "cycle_search": cyc.stats if cyc is not None else None,
     }
     nothing = not ix.txns
     result = _assemble(found, counts, opts, errors, timed_out=timed_out, nothing=nothing, ix=ix)
     result.update(info)
+    if informational:
+        result["informational_errors"] = informational
     return result
 
 

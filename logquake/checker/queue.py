@@ -14,7 +14,8 @@ Where this departs from jepsen.tests.kafka, and why:
 - An assign with seek_to_beginning forgets the process's positions: the rewind is asked for.
 - nonmonotonic-send is not reset by assign/subscribe: a producer's order has nothing to
   do with what its consumer is assigned.
-- A value in the log that no op sent is skipped by lost-write (Jepsen throws).
+- A value in the log that no op sent is skipped by lost-write and reported as no-writer
+  (no_writer.py; Jepsen throws "no writer of value").
 - Failed ops are not nodes of the dependency graph (they did not happen; reading their
   writes is G1a).
 """
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from logquake.checker.cycles import cycle_cases
+from logquake.checker.no_writer import no_writer_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
 from logquake.checker.queue_index import (
     CONTIGUOUS,
@@ -1171,6 +1173,7 @@ def _name(t: Txn) -> str:
 _CASES = (
     ("inconsistent-offsets", inconsistent_offset_cases),
     ("duplicate", duplicate_cases),
+    ("no-writer", no_writer_cases),
     ("lost-write", lost_write_cases),
     ("G1a", g1a_cases),
     ("precommitted-read", precommitted_read_cases),

@@ -1,5 +1,6 @@
 """The checker's former blind spots, each on a literal history that fires and one beside it
-that stays quiet: values no op sent (no-writer) and an informational analysis that fails."""
+that stays quiet: values no op sent (no-writer), an informational analysis that fails, and
+cycles that rest on no inferred edge (G1c-wr, future-read)."""
 
 from __future__ import annotations
 
@@ -172,6 +173,88 @@ def test_a_failed_realtime_lag_leaves_a_clean_history_valid(monkeypatch):
 def test_a_working_realtime_lag_reports_no_failure():
     r = check(_lost_write())
     assert "informational_errors" not in r and r["worst_realtime_lag"] is not None
+
+
+# --- cycles with and without an inferred edge ------------------------------------------
+
+
+def _wr_ring(h: H) -> list[Op]:
+    """Three transactions, each reading the next one's send around a ring: wr edges only."""
+    for p in range(3):
+        h.invoke(p, [("send", p, 10 + p), ("poll",)])
+    done = []
+    for p in range(3):
+        q = (p + 1) % 3
+        done.append(h.complete(p, "ok", [("send", p, 10 + p, 0), ("poll", {q: [(0, 10 + q)]})]))
+    return done
+
+
+def test_a_wr_only_g1c_is_bad_with_ww_deps():
+    h = H()
+    ts = _wr_ring(h)
+    r = check(h, txn=True)
+    assert r["valid"] is False and r["bad_error_types"] == ["G1c-wr"]
+    [e] = r["anomalies"]["G1c-wr"]["errs"]
+    assert {c["index"] for c in e["cycle"]} == {t.index for t in ts}
+    assert {s["type"] for s in e["steps"]} == {"wr"}
+    assert e["inferred"] == []
+    assert "No step is inferred" in e["explanation"]
+
+
+def test_a_ww_wr_g1c_is_tolerated_and_names_its_inferred_edge():
+    h = H()
+    h.invoke(0, [("send", 1, 10), ("poll",)])
+    h.invoke(1, [("send", 1, 11), ("send", 2, 20)])
+    t1 = h.complete(0, "ok", [("send", 1, 10, 0), ("poll", {2: [(0, 20)]})])
+    t2 = h.complete(1, "ok", [("send", 1, 11, 1), ("send", 2, 20, 0)])
+    h.poll(2, {1: [(0, 10), (1, 11)]})
+    r = check(h, txn=True)
+    assert r["valid"] is True and r["error_types"] == ["G1c"]
+    [e] = r["anomalies"]["G1c"]["errs"]
+    assert {c["index"] for c in e["cycle"]} == {t1.index, t2.index}
+    assert sorted(s["type"] for s in e["steps"]) == ["wr", "ww"]
+    [ww] = [s for s in e["steps"] if s["type"] == "ww"]
+    assert (ww["key"], ww["value"], ww["value2"]) == (1, 10, 11)
+    assert e["inferred"] == [f"{ww['from']} < {ww['to']}"]
+    assert f"(ww, which may be wrong): {ww['from']} < {ww['to']}." in e["explanation"]
+
+
+def test_a_future_read_is_bad_with_ww_deps():
+    h = H()
+    reader = h.poll(1, {1: [(0, 10)]})
+    writer = h.send(2, 1, 10, 0)  # invoked after the read had completed
+    r = check(h)
+    assert r["valid"] is False and r["bad_error_types"] == ["future-read"]
+    [e] = r["anomalies"]["future-read"]["errs"]
+    assert {c["index"] for c in e["cycle"]} == {reader.index, writer.index}
+    assert {s["type"] for s in e["steps"]} == {"wr", "realtime"}
+    assert e["inferred"] == []
+
+
+def test_a_future_read_within_one_process_is_bad_with_ww_deps():
+    h = H()
+    h.poll(1, {1: [(0, 10)]})
+    h.send(1, 1, 10, 0)
+    r = check(h)
+    assert r["bad_error_types"] == ["future-read"]
+    [e] = r["anomalies"]["future-read"]["errs"]
+    assert {s["type"] for s in e["steps"]} == {"wr", "process"}
+
+
+def test_a_read_after_its_send_is_no_future_read():
+    h = H()
+    h.send(2, 1, 10, 0)
+    h.poll(1, {1: [(0, 10)]})
+    r = check(h)
+    assert r["valid"] is True and r["error_types"] == []
+
+
+def test_without_ww_deps_they_keep_their_g1c_names():
+    h = H()
+    _wr_ring(h)
+    r = check(h, ww_deps=False)
+    assert r["bad_error_types"] == ["G1c"]
+    assert r["anomalies"]["G1c"]["errs"][0]["inferred"] == []
 
 
 # --- the command line ------------------------------------------------------------------

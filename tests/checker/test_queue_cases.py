@@ -366,8 +366,9 @@ def test_g1c_is_bad_without_ww_deps():
     [e] = errs(r, "G1c")
     assert {s["type"] for s in e["steps"]} == {"wr"}
     assert "polled 20 from key 2, which T" in e["explanation"]
-    with_ww = check(h)
-    assert with_ww["valid"] is True and with_ww["error_types"] == ["G1c"]
+    with_ww = check(h)  # no edge of it is inferred: bad under its own name
+    assert with_ww["valid"] is False and with_ww["error_types"] == ["G1c", "G1c-wr"]
+    assert with_ww["bad_error_types"] == ["G1c-wr"]
 
 
 def test_no_cycle_without_circular_flow():

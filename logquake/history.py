@@ -9,6 +9,13 @@ A history is a sequence of `Op`s in completion order, stored as JSON Lines
   raises `HistoryFormatError` naming the file and line. A torn last line (the writer died
   mid-write) is dropped with a warning rather than failing the whole history.
 
+Offsets are Kafka's: 0 to 2^63-1. A send acknowledged at -1 has no offset (Kafka's
+INVALID_OFFSET, what a producer reports under acks=0): the reader turns it into null, the
+history's word for that, so no analysis mistakes it for a position. Any other negative
+offset, in a send or a poll, cannot be: the line is malformed. The rule is applied here,
+once, so every analysis of a stored history (the runner's included: it checks the
+history it has written) sees only offsets that can be.
+
 Op semantics (Jepsen's): a client process invokes an op (`invoke`) and later completes it
 with `ok` (it happened), `fail` (it certainly did not happen) or `info` (unknown). A process
 never has two ops in flight, and after an `info` it is never used again. Process `"nemesis"`
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 import warnings
@@ -50,6 +58,7 @@ INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 TYPES = frozenset({INVOKE, OK, FAIL, INFO})
 NEMESIS = "nemesis"
 CORE_FIELDS = ("index", "time", "process", "type", "f", "value")
+NO_OFFSET = -1  # a send's offset when the broker gave none (Kafka's ProduceResponse.INVALID_OFFSET)
 
 Process = int | str
 
@@ -269,7 +278,46 @@ def _parse_line(text: str) -> tuple[Op | None, str | None]:
         return None, f"process must be an integer or \"nemesis\", got {p!r}"
     if not isinstance(d["f"], str):
         return None, f"f must be a string, got {d['f']!r}"
+    # A negative number right after "[" can only be an offset (pairs are [offset, value]):
+    # two C-level scans spare the walk over the micro-ops on every other line.
+    if "-" in text and _NEGATIVE_FIRST.search(text):
+        problem = offset_problem(d.get("value"))
+        if problem is not None:
+            return None, problem
     return _op_from_parsed(d), None
+
+
+_NEGATIVE_FIRST = re.compile(r"\[\s*-")
+
+
+def offset_problem(value: Any) -> str | None:
+    """Apply the offset rule to an op's micro-ops: what is wrong with an offset, or None.
+
+    A send's -1 becomes None in place (no offset); any other negative offset of a send or
+    a poll is the problem returned. Anything else about the micro-ops' shape is the
+    analyses' business, not this rule's.
+    """
+    if not isinstance(value, list):
+        return None
+    for mop in value:
+        if not isinstance(mop, list) or len(mop) < 2:
+            continue
+        if mop[0] == "send" and len(mop) > 2:
+            result = mop[2]
+            if isinstance(result, list) and result and _negative(o := result[0]):
+                if o != NO_OFFSET:
+                    return f"a send to key {mop[1]!r} at offset {o}: offsets are 0 or more (a send with no offset says null or -1)"
+                result[0] = None
+        elif mop[0] == "poll" and isinstance(mop[1], dict):
+            for k, pairs in mop[1].items():
+                for pair in pairs if isinstance(pairs, list) else ():
+                    if isinstance(pair, list) and pair and _negative(pair[0]):
+                        return f"a poll of key {k} read offset {pair[0]}: offsets are 0 or more"
+    return None
+
+
+def _negative(o: Any) -> bool:
+    return isinstance(o, int) and not isinstance(o, bool) and o < 0
 
 
 # Op's slot descriptors: setting them directly builds a (frozen) Op ~3x faster than its

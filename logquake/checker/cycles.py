@@ -18,6 +18,22 @@ Then each component with two or more ops becomes a small graph of plain dicts (t
 thousands, each built and searched once) with explicit, typed edges, and for each anomaly
 type we look for the shortest cycle using only its edge types and containing its required
 ones (a BFS over (op, edge types used) states), explained step by step in plain words.
+
+Which edges are inferred. A ww edge comes from the version order, which is itself put
+together from polls and send offsets: it may be wrong (Kafka does not isolate writes, and
+an unread send's place is a guess), which is why G1c is tolerated with ww-deps. The other
+edges are observations: a poll returned the value (wr), a process ran one op after
+another (process), one op completed before the other was invoked (realtime). A cycle
+that needs no ww edge rests on observations alone, so with ww-deps the search also looks
+for those and reports them under types no guarantee tolerates:
+
+- G1c-wr: each op read a send of the next, around a cycle of wr edges only (under
+  read_committed every send read had committed first, which no ring allows);
+- future-read: wr edges closed by process or realtime order: some op read information
+  that was sent only after that op had completed.
+
+Without ww-deps no edge is inferred and every G1c is bad under its own name. Each
+cycle's example lists its inferred steps (`inferred`).
 """
 
 from __future__ import annotations
@@ -49,6 +65,15 @@ SPECS = (
     ("G0-realtime", WW | PROCESS | REALTIME, REALTIME),
     ("G1c-realtime", WW | WR | PROCESS | REALTIME, WR | REALTIME),
 )
+# Cycles that need no inferred (ww) edge, searched with ww-deps: (type, edge types it may
+# use, edge types it must use). Several specs of one type: the first that finds a cycle in
+# a component gives its example.
+NOT_INFERRED_SPECS = (
+    ("G1c-wr", WR, WR),
+    ("future-read", WR | PROCESS, WR | PROCESS),
+    ("future-read", WR | PROCESS | REALTIME, WR | REALTIME),
+)
+INFERRED = WW  # edge types that are inferences, not observations
 _second = itemgetter(1)
 _id = attrgetter("id")
 MAX_STARTS = 8  # BFS roots tried per component and type: bounds work in a huge component
@@ -72,8 +97,9 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
     """Find and explain the cycles of a history within opts.time_budget seconds."""
     started = time.monotonic()
     deadline = started + opts.time_budget
-    out = CycleSearch(cases={name: [] for name, _, _ in SPECS})
-    found: dict[str, list] = {name: [] for name, _, _ in SPECS}  # (length, graph, path)
+    specs = SPECS + NOT_INFERRED_SPECS if opts.ww_deps else SPECS
+    out = CycleSearch(cases={name: [] for name, _, _ in specs})
+    found: dict[str, list] = {name: [] for name, _, _ in specs}  # (length, path, whys)
     try:
         comps = _components(ix, opts, deadline)
         out.stats["components"] = len(comps)
@@ -84,14 +110,16 @@ def cycle_cases(ix: QueueIndex, opts: CheckOptions) -> CycleSearch:
             present = 0
             for types in out_types.values():
                 present |= types
-            for name, allowed, required in SPECS:
-                if present & required != required:
+            done: set[str] = set()
+            for name, allowed, required in specs:
+                if present & required != required or name in done:
                     continue
                 path = shortest_cycle(g, allowed, required, deadline, out_types)
                 if path is not None:
                     # Keep the path's own edges, not the component's graph.
                     whys = [g[a][path[(i + 1) % len(path)][0]][1][rel] for i, (a, rel) in enumerate(path)]
                     found[name].append((len(path), path, whys))
+                    done.add(name)
     except OutOfTime:
         out.timed_out = True
     # Explaining is costly and only the first examples are kept: explain just those.
@@ -483,6 +511,7 @@ def explain(ix: QueueIndex, path: list, whys: list[dict]) -> dict[str, Any]:
     """
     ids = [node for node, _ in path]
     names = {node: f"T{i + 1}" for i, node in enumerate(ids)}
+    inferred = []
     txns = [ix.txns[n] for n in ids]
     steps = []
     lines = ["Let:"]
@@ -500,8 +529,21 @@ def explain(ix: QueueIndex, path: list, whys: list[dict]) -> dict[str, Any]:
         lead = "However, " if i == len(path) - 1 else ""
         lines.append(f"  - {lead}{names[node]} < {names[nxt]}, because {text}.")
         steps.append({"from": names[node], "to": names[nxt], "type": REL_NAMES[rel], **why, "text": text})
+        if rel & INFERRED:
+            inferred.append(f"{names[node]} < {names[nxt]}")
     lines.append("  A cycle: " + " < ".join([names[n] for n in ids] + [names[ids[0]]]) + ".")
-    return {"cycle": [op_ref(t.op) for t in txns], "steps": steps, "explanation": "\n".join(lines)}
+    if inferred:
+        lines.append(
+            "  Inferred from the version order (ww, which may be wrong): " + ", ".join(inferred) + "."
+        )
+    else:
+        lines.append("  No step is inferred: each is a read, a process's order or real time.")
+    return {
+        "cycle": [op_ref(t.op) for t in txns],
+        "steps": steps,
+        "inferred": inferred,
+        "explanation": "\n".join(lines),
+    }
 
 
 def _step_words(na: str, nb: str, a: Txn, b: Txn, rel: int, why: dict) -> str:

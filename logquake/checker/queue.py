@@ -4,7 +4,9 @@
 `*_cases(ix, opts)` function per anomaly family; each returns examples (dicts naming the
 ops involved by index, process and time). Cycle anomalies come from cycles.py. Every
 analysis runs under `run_safely`, so one that crashes makes the verdict unknown rather
-than hiding the others. Pure: no I/O, no clock but the cycle search's time budget.
+than hiding the others; a figure for the report (realtime lag, causes of info ops) that
+crashes is listed in `informational_errors` and leaves the verdict to the anomalies.
+Pure: no I/O, no clock but the cycle search's time budget.
 
 Where this departs from jepsen.tests.kafka, and why:
 - Reads are placed in the version order by their offset (dense index of the offset), not
@@ -12,7 +14,8 @@ Where this departs from jepsen.tests.kafka, and why:
 - An assign with seek_to_beginning forgets the process's positions: the rewind is asked for.
 - nonmonotonic-send is not reset by assign/subscribe: a producer's order has nothing to
   do with what its consumer is assigned.
-- A value in the log that no op sent is skipped by lost-write (Jepsen throws).
+- A value in the log that no op sent is skipped by lost-write and reported as no-writer
+  (no_writer.py; Jepsen throws "no writer of value").
 - Failed ops are not nodes of the dependency graph (they did not happen; reading their
   writes is G1a).
 """
@@ -28,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from logquake.checker.cycles import cycle_cases
+from logquake.checker.no_writer import no_writer_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
 from logquake.checker.queue_index import (
     CONTIGUOUS,
@@ -82,15 +86,18 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
         timed_out = cyc.timed_out
         found.update({t: e for t, e in cyc.cases.items() if e})
         counts.update({t: n for t, n in cyc.counts.items() if n})
+    informational: dict[str, str] = {}  # failures of figures for the report: beside the verdict
     info = {
-        "worst_realtime_lag": run_safely("realtime-lag", lambda: worst_realtime_lag(ix), errors),
+        "worst_realtime_lag": run_safely("realtime-lag", lambda: worst_realtime_lag(ix), informational),
         "unseen_over_time": unseen["over_time"] if unseen else [],
-        "info_txn_causes": run_safely("info-causes", lambda: info_causes(ix), errors),
+        "info_txn_causes": run_safely("info-causes", lambda: info_causes(ix), informational),
         "cycle_search": cyc.stats if cyc is not None else None,
     }
     nothing = not ix.txns
     result = _assemble(found, counts, opts, errors, timed_out=timed_out, nothing=nothing, ix=ix)
     result.update(info)
+    if informational:
+        result["informational_errors"] = informational
     return result
 
 
@@ -765,28 +772,32 @@ def _downsample(points: list[tuple[int, int]]) -> list[dict[str, float]]:
 def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     """The poll furthest behind the log, as Jepsen measures it (a lower bound).
 
-    expired[k][i] is when offset i-1 of key k was known to be no longer the tail (some op
-    had sent or polled a later offset). A poll at time t whose process has read key k up
-    to offset o lags by t - expired[k][o+1]. For each process and key the lag only grows
+    expired(k, q) is when offset q-1 of key k was known to be no longer the tail (some op
+    had sent or polled offset q or later). A poll at time t whose process has read key k
+    up to offset o lags by t - expired(k, o+1). Each key keeps it as a staircase, the
+    offsets at which its highest known offset rose and when: offsets run to 2^63-1, so
+    nothing is indexed by them. For each process and key the lag only grows
     while its offset stays put, so it is evaluated once per run of one offset, at the last
     poll of that run. Ties go to the run closed first.
     """
     if ix.groups is not None:
         return _realtime_lag_arrays(ix)
-    expired: defaultdict[Any, list[int]] = defaultdict(list)
+    expired: defaultdict[Any, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
     for t in ix.txns:
         if t.type == FAIL:
             continue
-        # Reads and sends one after the other: extending to each is extending to their max.
+        # Reads and sends one after the other: raising to each is raising to their max.
         for k, o in t.max_read.items():
-            lst = expired[k]
-            if len(lst) <= o:
-                lst.extend([t.op.time] * (o + 1 - len(lst)))
+            offs, times = expired[k]
+            if o > (offs[-1] if offs else -1):
+                offs.append(o)
+                times.append(t.op.time)
         for k, _, o in t.sends:
             if o is not None and o >= 0:
-                lst = expired[k]
-                if len(lst) <= o:
-                    lst.extend([t.op.time] * (o + 1 - len(lst)))
+                offs, times = expired[k]
+                if o > (offs[-1] if offs else -1):
+                    offs.append(o)
+                    times.append(t.op.time)
     best = [0, 0, None, None]  # lag ns, poll time ns, process, key
     state: dict[Any, dict] = {}  # process -> key -> (offset, seq of the run's first poll)
     seq: dict[Any, int] = {}  # process -> polls so far
@@ -796,10 +807,10 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
         """A run of offset o ends; its lag peaked at poll `upto` (if the run had polls)."""
         if upto < first:
             return
-        lst = expired.get(k, ())
-        if o + 1 < len(lst):
+        stair = expired.get(k)
+        if stair is not None and stair[0] and o < stair[0][-1]:
             t = last_poll[p]
-            lag = t - lst[o + 1]
+            lag = t - stair[1][bisect_left(stair[0], o + 1)]
             if lag > best[0]:
                 best[:] = [lag, t, p, k]
 
@@ -832,9 +843,9 @@ def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
                 runs[k] = (o, s)
             elif o > run[0]:
                 if s - 1 >= run[1]:  # close(p, k, *run, s - 1), inlined: the hot path
-                    lst = expired.get(k, ())
-                    if run[0] + 1 < len(lst):
-                        lag = last_poll[p] - lst[run[0] + 1]
+                    stair = expired.get(k)
+                    if stair is not None and stair[0] and run[0] < stair[0][-1]:
+                        lag = last_poll[p] - stair[1][bisect_left(stair[0], run[0] + 1)]
                         if lag > best[0]:
                             best[:] = [lag, last_poll[p], p, k]
                 runs[k] = (o, s)
@@ -995,7 +1006,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     b_at = np.flatnonzero(block)
     b_max = np.maximum.reduceat(Of, b_at) if len(b_at) else Of
     # The walk: each (process, key), its blocks' first steps and the assign/subscribe ops.
-    cands: list[tuple] = []  # (process no, step, key no, offset + 1, order of the close)
+    cands: list[tuple] = []  # (process no, step, key no, offset, order of the close)
     b_first = np.zeros(len(b_at), dtype=i64)  # the run's offset after each block's first step
     keep_at: dict[int, dict[int, list[int]]] = {}  # process -> key -> its ok assigns keeping it
     for pn, evs in xs.items():
@@ -1027,7 +1038,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
                 break
             ev, done, _ = evs[x]
             if done >= st[1]:
-                cands.append((pn, done, kno, st[0] + 1, (ev, 0, *st[2])))
+                cands.append((pn, done, kno, st[0], (ev, 0, *st[2])))
             st = None
             x += 1
         return st
@@ -1036,7 +1047,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
         if pn in xs:
             st = walk(pn, kno, st, a, len(xs[pn]))
         if st is not None and steps[pn] >= st[1]:
-            cands.append((pn, int(steps[pn]), kno, st[0] + 1, (inf_ev, int(state_rank[pn]), *st[2])))
+            cands.append((pn, int(steps[pn]), kno, st[0], (inf_ev, int(state_rank[pn]), *st[2])))
 
     bl = b_at.tolist()
     b_pair = pair[b_at].tolist()
@@ -1067,7 +1078,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
             st = [mo, 0, (bEv[i], bR[i])]
         elif mo > st[0]:
             if s_ - 1 >= st[1]:
-                cands.append((pn, s_ - 1, kno, st[0] + 1, (bEv[i], 0, bR[i], 0)))
+                cands.append((pn, s_ - 1, kno, st[0], (bEv[i], 0, bR[i], 0)))
             st[0], st[1] = mo, 0
         else:
             st[1] = 0
@@ -1099,16 +1110,18 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     cP = np.concatenate((P[j], np.asarray([c[0] for c in cands], dtype=i64)))
     cS = np.concatenate((S[j] - 1, np.asarray([c[1] for c in cands], dtype=i64)))
     cK = np.concatenate((K[j], np.asarray([c[2] for c in cands], dtype=i64)))
-    cQ = np.concatenate((run_max[j - 1] + 1, np.asarray([c[3] for c in cands], dtype=i64)))
+    cQ = np.concatenate((run_max[j - 1], np.asarray([c[3] for c in cands], dtype=i64)))
     del P, S, K, Of, run_max
-    good = (cQ <= max_off[cK]) & (cS >= 1)
+    # cQ is the run's offset; the lag is from when the offset after it existed. Kept as the
+    # offset itself until known to be below the key's highest: 2^63-1 has no offset after it.
+    good = (cQ < max_off[cK]) & (cS >= 1)
     none = {"time": 0.0, "lag": 0.0, "process": None, "key": None}
     if not good.any():
         return none
     cP, cS, cK, cQ = cP[good], cS[good], cK[good], cQ[good]
     idx = np.flatnonzero(good)
     t_poll = inv_time[poll_at[start[cP] + cS - 1]]
-    t_exp = op_time[eT[np.searchsorted(reach, fold(cK, cQ), side="left")]]
+    t_exp = op_time[eT[np.searchsorted(reach, fold(cK, cQ + 1), side="left")]]
     lag = t_poll - t_exp
     best = int(lag.max())
     if best <= 0:
@@ -1160,6 +1173,7 @@ def _name(t: Txn) -> str:
 _CASES = (
     ("inconsistent-offsets", inconsistent_offset_cases),
     ("duplicate", duplicate_cases),
+    ("no-writer", no_writer_cases),
     ("lost-write", lost_write_cases),
     ("G1a", g1a_cases),
     ("precommitted-read", precommitted_read_cases),

@@ -49,7 +49,7 @@ def test_inconsistent_offsets():
     h.poll(1, {1: [(0, 10)]})
     h.poll(2, {1: [(0, 99)]})
     r = check(h)
-    assert r["bad_error_types"] == ["inconsistent-offsets"]
+    assert r["bad_error_types"] == ["inconsistent-offsets", "no-writer"]
     assert [strip(e) for e in errs(r, "inconsistent-offsets")] == [
         {"key": 1, "offset": 0, "index": 0, "values": [10, 99]}
     ]
@@ -366,8 +366,9 @@ def test_g1c_is_bad_without_ww_deps():
     [e] = errs(r, "G1c")
     assert {s["type"] for s in e["steps"]} == {"wr"}
     assert "polled 20 from key 2, which T" in e["explanation"]
-    with_ww = check(h)
-    assert with_ww["valid"] is True and with_ww["error_types"] == ["G1c"]
+    with_ww = check(h)  # no edge of it is inferred: bad under its own name
+    assert with_ww["valid"] is False and with_ww["error_types"] == ["G1c", "G1c-wr"]
+    assert with_ww["bad_error_types"] == ["G1c-wr"]
 
 
 def test_no_cycle_without_circular_flow():

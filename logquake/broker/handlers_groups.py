@@ -23,25 +23,9 @@ import uuid
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.consumer import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
-from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
-
-from logquake.broker import codec, offsets_log
 from logquake.broker import group_offsets as go
+from logquake.broker import offsets_log
+from logquake.broker.apis import APIS, ApiKey, response
 from logquake.broker.groups import Group, GroupConfig, GroupState, JoinReply, SyncReply
 from logquake.broker.kerrors import ErrorCode
 from logquake.broker.metadata import create_topic_entry
@@ -51,7 +35,7 @@ if TYPE_CHECKING:
     from logquake.broker.codec import Request
     from logquake.broker.node import Node
 
-__all__ = ["install_group_apis", "OFFSETS_TOPIC", "TXN_STATE_TOPIC", "OFFSETS_PARTITIONS", "coordinator_partition"]
+__all__ = ["GroupService", "OFFSETS_TOPIC", "TXN_STATE_TOPIC", "OFFSETS_PARTITIONS", "coordinator_partition"]
 
 log = logging.getLogger("logquake.broker.groups")
 
@@ -61,22 +45,6 @@ OFFSETS_PARTITIONS = 3  # for both topics; Kafka has 50, but every partition her
 COORDINATOR_TOPICS = {0: OFFSETS_TOPIC, 1: TXN_STATE_TOPIC}  # FindCoordinator key type -> topic
 TICK_S = 0.1
 E = ErrorCode
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
-TXN_OFFSET_COMMIT = 28
-# DESIGN.md §3's version ranges.
-API_SPECS: dict[int, tuple[int, int, Any, Any]] = {
-    OFFSET_COMMIT: (2, 8, OffsetCommitRequest, OffsetCommitResponse),
-    OFFSET_FETCH: (1, 7, OffsetFetchRequest, OffsetFetchResponse),
-    FIND_COORDINATOR: (0, 4, FindCoordinatorRequest, FindCoordinatorResponse),
-    JOIN_GROUP: (0, 7, JoinGroupRequest, JoinGroupResponse),
-    HEARTBEAT: (0, 4, HeartbeatRequest, HeartbeatResponse),
-    LEAVE_GROUP: (0, 4, LeaveGroupRequest, LeaveGroupResponse),
-    SYNC_GROUP: (0, 5, SyncGroupRequest, SyncGroupResponse),
-    TXN_OFFSET_COMMIT: (0, 3, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
-}
 
 
 def coordinator_partition(group_id: str) -> int:
@@ -84,44 +52,24 @@ def coordinator_partition(group_id: str) -> int:
     return zlib.crc32(group_id.encode()) % OFFSETS_PARTITIONS
 
 
-def register_ranges(specs: dict[int, tuple[int, int, Any, Any]]) -> None:
-    """Make the codec decode (and ApiVersions advertise) these APIs."""
-    for key, (lo, hi, req_cls, resp_cls) in specs.items():
-        register = getattr(codec, "register_api", None)
-        if register is not None:
-            register(key, lo, hi, req_cls, resp_cls)
-        else:
-            codec.API_RANGES.setdefault(key, (lo, hi, req_cls, resp_cls))
-
-
-def install_group_apis(node: Node) -> None:
-    """Serve the consumer-group and transaction APIs on `node` (once, after `node.api` exists)."""
-    from logquake.broker.handlers_txn import install_txn_apis
-
-    service = GroupService(node)
-    register_ranges(API_SPECS)
-    node.api.register(OFFSET_COMMIT, service.offset_commit)
-    node.api.register(OFFSET_FETCH, service.offset_fetch)
-    node.api.register(FIND_COORDINATOR, service.find_coordinator)
-    node.api.register(JOIN_GROUP, service.join_group)
-    node.api.register(HEARTBEAT, service.heartbeat)
-    node.api.register(LEAVE_GROUP, service.leave_group)
-    node.api.register(SYNC_GROUP, service.sync_group)
-    node.api.register(TXN_OFFSET_COMMIT, service.txn_offset_commit)
-    install_txn_apis(node)
-
-
 def ensure_topic(node: Node, topic: str) -> None:
     """Ask the metadata group for an internal topic (a no-op once it exists)."""
     node.propose_metadata(create_topic_entry(topic, OFFSETS_PARTITIONS, min(3, len(node.node_ids))))
 
 
-def _response(api_key: int, req: Request, **fields: Any) -> Any:
-    return codec.API_RANGES[api_key][3][req.api_version](throttle_time_ms=0, **fields)
-
-
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _commit_records(body: Any, *, producer_id: int = go.NO_PRODUCER_ID) -> list[go.OffsetCommitRecord]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request asks to write, stamped now."""
+    now = int(time.time() * 1000)
+    return [go.OffsetCommitRecord(
+        key=go.OffsetKey(body.group_id, t.name, p.partition_index),
+        value=go.CommittedOffset(offset=p.committed_offset, metadata=p.committed_metadata or "",
+                                 leader_epoch=getattr(p, "committed_leader_epoch", -1), commit_ms=now),
+        producer_id=producer_id)
+        for t in body.topics for p in t.partitions]
 
 
 class _Shard:
@@ -265,27 +213,31 @@ class GroupService:
                 out = await asyncio.wait_for(out, 30)
             except TimeoutError:
                 return E.NOT_COORDINATOR
-        if out.error_code == NOT_LEADER_OR_FOLLOWER:
+        if out.error_code == E.NOT_LEADER_OR_FOLLOWER:
             return E.NOT_COORDINATOR
         if out.error_code:
             return E(out.error_code) if out.error_code in E._value2member_map_ else E.COORDINATOR_NOT_AVAILABLE
         shard.catch_up()
         return E.NONE
 
+    async def _commit(self, shard: _Shard, records: list[go.OffsetCommitRecord]) -> ErrorCode:
+        """Append committed offsets (none: nothing to do) and wait for their commit."""
+        return await self._append(shard, offsets_log.encode_offsets(records)) if records else E.NONE
+
     # ---- FindCoordinator ----------------------------------------------------------------------
 
-    def find_coordinator(self, req: Request, node: Node) -> Any:
+    def find_coordinator(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         keys = list(b.coordinator_keys) if v >= 4 else [b.key]
         key_type = b.key_type if v >= 1 else 0
         found = [self._coordinator(k, key_type) for k in keys]
         if v >= 4:
-            cls = codec.API_RANGES[FIND_COORDINATOR][3][v]
-            return _response(FIND_COORDINATOR, req, coordinators=[
+            cls = APIS[ApiKey.FIND_COORDINATOR].response[v]
+            return response(ApiKey.FIND_COORDINATOR, req.api_version, coordinators=[
                 cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e, error_message=None)
                 for k, (e, n, h, p) in zip(keys, found, strict=True)])
         e, n, h, p = found[0]
-        return _response(FIND_COORDINATOR, req, error_code=e, error_message=None, node_id=n, host=h, port=p)
+        return response(ApiKey.FIND_COORDINATOR, req.api_version, error_code=e, error_message=None, node_id=n, host=h, port=p)
 
     def _coordinator(self, key: str, key_type: int) -> tuple[int, int, str, int]:
         none = (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
@@ -300,11 +252,11 @@ class GroupService:
         addr = next((n for n in self.node.cfg.nodes if n.node_id == leader), None)
         if addr is None:
             return none
-        return 0, addr.node_id, addr.host, addr.kafka_port
+        return int(E.NONE), addr.node_id, addr.host, addr.kafka_port
 
     # ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -------------------------------------
 
-    async def join_group(self, req: Request, node: Node) -> Any:
+    async def join_group(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         shard, err = self._shard(b.group_id)
         if err:
@@ -333,14 +285,14 @@ class GroupService:
         return self._join_response(req, reply)
 
     def _join_response(self, req: Request, r: JoinReply) -> Any:
-        cls = codec.API_RANGES[JOIN_GROUP][3][req.api_version]
-        return _response(JOIN_GROUP, req, error_code=int(r.error), generation_id=r.generation,
+        cls = APIS[ApiKey.JOIN_GROUP].response[req.api_version]
+        return response(ApiKey.JOIN_GROUP, req.api_version, error_code=int(r.error), generation_id=r.generation,
                          protocol_type=r.protocol_type, protocol_name=r.protocol_name or "", leader=r.leader_id,
                          member_id=r.member_id, members=[
                              cls.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
                              for m, meta in r.members])
 
-    async def sync_group(self, req: Request, node: Node) -> Any:
+    async def sync_group(self, req: Request) -> Any:
         b = req.body
         shard, err = self._shard(b.group_id)
         if err:
@@ -359,18 +311,18 @@ class GroupService:
         return self._sync_response(req, reply)
 
     def _sync_response(self, req: Request, r: SyncReply) -> Any:
-        return _response(SYNC_GROUP, req, error_code=int(r.error), protocol_type=r.protocol_type,
+        return response(ApiKey.SYNC_GROUP, req.api_version, error_code=int(r.error), protocol_type=r.protocol_type,
                          protocol_name=r.protocol_name, assignment=r.assignment)
 
-    def heartbeat(self, req: Request, node: Node) -> Any:
+    def heartbeat(self, req: Request) -> Any:
         b = req.body
         shard, err = self._shard(b.group_id)
         if not err:
             err = shard.group(b.group_id, _now_ms()).heartbeat(member_id=b.member_id, generation=b.generation_id,
                                                                now_ms=_now_ms())
-        return _response(HEARTBEAT, req, error_code=int(err))
+        return response(ApiKey.HEARTBEAT, req.api_version, error_code=int(err))
 
-    def leave_group(self, req: Request, node: Node) -> Any:
+    def leave_group(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         ids = [m.member_id for m in b.members] if v >= 3 else [b.member_id]
         shard, err = self._shard(b.group_id)
@@ -380,47 +332,41 @@ class GroupService:
             errors, replies = g.leave(member_ids=ids, now_ms=_now_ms())
             self._deliver(b.group_id, replies)
             self._persist(shard, g)
-        cls = codec.API_RANGES[LEAVE_GROUP][3][v]
+        cls = APIS[ApiKey.LEAVE_GROUP].response[v]
         top = err if v >= 3 else errors[ids[0]]
-        return _response(LEAVE_GROUP, req, error_code=int(top), members=[
+        return response(ApiKey.LEAVE_GROUP, req.api_version, error_code=int(top), members=[
             cls.MemberResponse(member_id=m, group_instance_id=None, error_code=int(e)) for m, e in errors.items()])
 
     # ---- OffsetCommit / OffsetFetch -----------------------------------------------------------
 
-    async def offset_commit(self, req: Request, node: Node) -> Any:
+    async def offset_commit(self, req: Request) -> Any:
         b = req.body
         shard, err = self._shard(b.group_id)
         if not err:
             err = shard.group(b.group_id, _now_ms()).check_offset_commit(
                 member_id=b.member_id, generation=b.generation_id_or_member_epoch, now_ms=_now_ms())
         if not err:
-            now = int(time.time() * 1000)
-            records = [go.OffsetCommitRecord(
-                key=go.OffsetKey(b.group_id, t.name, p.partition_index),
-                value=go.CommittedOffset(offset=p.committed_offset, metadata=p.committed_metadata or "",
-                                         leader_epoch=getattr(p, "committed_leader_epoch", -1), commit_ms=now))
-                for t in b.topics for p in t.partitions]
-            err = await self._append(shard, offsets_log.encode_offsets(records)) if records else E.NONE
+            err = await self._commit(shard, _commit_records(b))
         if err:
             log.info("OffsetCommit of group %r from %s: %s", b.group_id, req.client_id, err.name)
-        cls = codec.API_RANGES[OFFSET_COMMIT][3][req.api_version]
+        cls = APIS[ApiKey.OFFSET_COMMIT].response[req.api_version]
         T = cls.OffsetCommitResponseTopic
-        return _response(OFFSET_COMMIT, req, topics=[
+        return response(ApiKey.OFFSET_COMMIT, req.api_version, topics=[
             T(name=t.name, partitions=[T.OffsetCommitResponsePartition(partition_index=p.partition_index,
                                                                        error_code=int(err))
                                        for p in t.partitions]) for t in b.topics])
 
-    def offset_fetch(self, req: Request, node: Node) -> Any:
+    def offset_fetch(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         shard, err = self._shard(b.group_id)
-        cls = codec.API_RANGES[OFFSET_FETCH][3][v]
+        cls = APIS[ApiKey.OFFSET_FETCH].response[v]
         T = cls.OffsetFetchResponseTopic
         P = T.OffsetFetchResponsePartition
         if err:
             topics = [T(name=t.name, partitions=[P(partition_index=i, committed_offset=-1, committed_leader_epoch=-1,
                                                    metadata="", error_code=int(err)) for i in t.partition_indexes])
                       for t in (b.topics or [])]
-            return _response(OFFSET_FETCH, req, error_code=int(err), topics=topics)
+            return response(ApiKey.OFFSET_FETCH, req.api_version, error_code=int(err), topics=topics)
         wanted: dict[str, list[int]] = {}
         if b.topics is None:  # v2+: every partition the group has an offset for
             for key in shard.offsets.committed:
@@ -438,26 +384,19 @@ class GroupService:
                                committed_leader_epoch=value.leader_epoch if value else -1,
                                metadata=value.metadata if value else "", error_code=int(perr)))
             topics.append(T(name=name, partitions=parts))
-        return _response(OFFSET_FETCH, req, error_code=0, topics=topics)
+        return response(ApiKey.OFFSET_FETCH, req.api_version, error_code=E.NONE, topics=topics)
 
-    async def txn_offset_commit(self, req: Request, node: Node) -> Any:
+    async def txn_offset_commit(self, req: Request) -> Any:
         """TxnOffsetCommit: offsets written now, visible when the transaction's COMMIT marker lands here."""
         b = req.body
         shard, err = self._shard(b.group_id)
         if not err:
-            now = int(time.time() * 1000)
-            records = [go.OffsetCommitRecord(
-                key=go.OffsetKey(b.group_id, t.name, p.partition_index),
-                value=go.CommittedOffset(offset=p.committed_offset, metadata=p.committed_metadata or "",
-                                         leader_epoch=getattr(p, "committed_leader_epoch", -1), commit_ms=now),
-                producer_id=b.producer_id)
-                for t in b.topics for p in t.partitions]
-            err = await self._append(shard, offsets_log.encode_offsets(records)) if records else E.NONE
+            err = await self._commit(shard, _commit_records(b, producer_id=b.producer_id))
         if err:
             log.info("TxnOffsetCommit of group %r from %s: %s", b.group_id, req.client_id, err.name)
-        cls = codec.API_RANGES[TXN_OFFSET_COMMIT][3][req.api_version]
+        cls = APIS[ApiKey.TXN_OFFSET_COMMIT].response[req.api_version]
         T = cls.TxnOffsetCommitResponseTopic
-        return _response(TXN_OFFSET_COMMIT, req, topics=[
+        return response(ApiKey.TXN_OFFSET_COMMIT, req.api_version, topics=[
             T(name=t.name, partitions=[T.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
                                                                            error_code=int(err))
                                        for p in t.partitions]) for t in b.topics])

@@ -30,7 +30,6 @@ import ast
 import asyncio
 import dataclasses
 import functools
-import importlib.util
 import json
 import logging
 import queue
@@ -40,9 +39,10 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from logquake.broker.kerrors import ErrorCode
 from logquake.broker.metadata import (
     METADATA_GROUP,
     PartitionInfo,
@@ -72,6 +72,7 @@ log = logging.getLogger("logquake.broker.node")
 CH_RAFT, CH_FORWARD, CH_LEADERS = 0, 1, 2
 SERVE_DURING_WRITE_S = 0.002  # while a write runs: how often to apply new commits and send heartbeats
 META_NAME = "meta"
+E = ErrorCode
 PID_BLOCK = 1000
 
 
@@ -94,7 +95,6 @@ class Node:
                                    unclean_election=cfg.unsafe.get("election") == "unclean",
                                    max_append_bytes=1 << 20, max_inflight=8)
         self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node
-        self.background: list[Callable[[], Awaitable[None]]] = []  # API modules' loops, run with the node
         self.groups: dict[str, PartitionReplica | MetadataReplica] = {}
         self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
         self._stopped = asyncio.Event()
@@ -114,7 +114,6 @@ class Node:
         self._meta_fast_start = True
         self._tasks: list[asyncio.Task[None]] = []
         self._writer: _WriterThread | None = None  # the ready loop's writes and fsyncs
-        self.extra_handlers: dict[int, Any] = {}
         me = cfg.me
         self.transport = PeerTransport(
             node_id=self.id, host=me.host, port=me.raft_port,
@@ -123,16 +122,8 @@ class Node:
         from logquake.broker.handlers import KafkaApi  # late: handlers import node types
 
         self.api = KafkaApi(self)
-        self._install_extensions()
         self.server = KafkaServer(self.api.handle, me.host, me.kafka_port, max_frame_bytes=cfg.max_frame_bytes)
         self.meta = self._open_metadata()
-
-    def _install_extensions(self) -> None:
-        """Issue #7's consumer-group APIs register themselves here when their module exists."""
-        if importlib.util.find_spec("logquake.broker.handlers_groups") is not None:
-            from logquake.broker.handlers_groups import install_group_apis
-
-            install_group_apis(self)
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -143,7 +134,7 @@ class Node:
         log.info("node %d serving Kafka on %s:%d, peers on %s:%d (fsync %s)", self.id, self.cfg.me.host,
                  self.cfg.me.kafka_port, self.cfg.me.host, self.cfg.me.raft_port, self.cfg.effective_fsync)
         self._tasks = [asyncio.create_task(c) for c in (self._ready_loop(), self._tick_loop(),
-                                                         self._gossip_loop(), *(f() for f in self.background))]
+                                                         self._gossip_loop(), self.api.txn.tick_loop())]
         self.kick()
         await self._stopped.wait()
         ready_task, others = self._tasks[0], self._tasks[1:]
@@ -498,15 +489,15 @@ class Node:
         entry = create_topic_entry(name, partitions, replication_factor)
         while time.monotonic() < deadline:
             if name in self.meta.state.topics:
-                return 0, None
+                return E.NONE, None
             self.propose_metadata(entry)
             try:
                 await asyncio.wait_for(self._wait_topic(name), min(1.0, deadline - time.monotonic()))
             except TimeoutError:
                 continue
         if name in self.meta.state.topics:
-            return 0, None
-        return 7, "timed out waiting for the metadata group"  # REQUEST_TIMED_OUT
+            return E.NONE, None
+        return E.REQUEST_TIMED_OUT, "timed out waiting for the metadata group"
 
     async def _wait_topic(self, name: str) -> None:
         while name not in self.meta.state.topics:

@@ -401,15 +401,13 @@ class KafkaApi:
     # ---- InitProducerId -----------------------------------------------------------------------
 
     def init_producer_id(self, req: Request) -> Any:
+        """An idempotent producer's id (a transactional id is the transaction coordinator's:
+        `TxnService.init_producer_id` hands only the others over to here)."""
         return self._init_producer_id(req)
 
     async def _init_producer_id(self, req: Request) -> Any:
         b = req.body
         cls = APIS[ApiKey.INIT_PRODUCER_ID].response[req.api_version]
-        if b.transactional_id is not None:
-            log.info("InitProducerId for transactional id %r from %s: transactions not served yet",
-                     b.transactional_id, req.client_id)
-            return cls(throttle_time_ms=0, error_code=E.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
         if req.api_version >= 3 and b.producer_id >= 0 and 0 <= b.producer_epoch < 32766:
             # KIP-360: an idempotent producer bumps its own epoch after an error; the id stays.
             return cls(throttle_time_ms=0, error_code=E.NONE, producer_id=b.producer_id,

@@ -7,7 +7,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -118,10 +117,11 @@ def test_hostile_bytes_never_kill_the_broker(tmp_path) -> None:
 
 
 def test_sigterm_stops_cleanly(tmp_path) -> None:
+    """SIGTERM: the node finishes its loop, closes its logs and exits 0 by itself."""
     with LocalCluster(n=1, base_dir=tmp_path) as c:
         c.wait_ready(timeout=60)
-        t0 = time.monotonic()
-        assert c.stop(1) == 0
-        assert time.monotonic() - t0 < 30
+        code = c.stop(1, timeout=30)  # still running after the timeout: SIGKILL, and a negative code
+        assert code == 0, f"the broker did not exit by itself after SIGTERM (exit code {code})"
         log = c.log_path(1).read_text()
         assert "received SIGTERM" in log and "node 1 stopped" in log
+        assert "did not finish" not in log, "the ready loop was cut off instead of finishing its turn"

@@ -1,7 +1,7 @@
 """A new transaction coordinator acts without client traffic: an open transaction whose
 producer died is timed out and aborted by the coordinator that took over after its old
 coordinator was killed, so read_committed readers see past it (Kafka loads a coordinator
-partition on election; ours used to wait for a request of that transactional id)."""
+partition on election, rather than waiting for a request of that transactional id)."""
 
 from __future__ import annotations
 

@@ -20,41 +20,32 @@ import asyncio
 import logging
 import time
 import uuid
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from logquake.broker import group_offsets as go
 from logquake.broker import offsets_log
 from logquake.broker.apis import APIS, ApiKey, response
+from logquake.broker.coordination import (
+    COORDINATOR_TOPICS,
+    OFFSETS_TOPIC,
+    FoldedShard,
+    append_committed,
+    coordinator_leader,
+    coordinator_replica,
+)
 from logquake.broker.groups import Group, GroupConfig, GroupState, JoinReply, SyncReply
 from logquake.broker.kerrors import ErrorCode
-from logquake.broker.metadata import create_topic_entry
-from logquake.broker.records import parse_batches
 
 if TYPE_CHECKING:
     from logquake.broker.codec import Request
     from logquake.broker.node import Node
 
-__all__ = ["GroupService", "OFFSETS_TOPIC", "TXN_STATE_TOPIC", "OFFSETS_PARTITIONS", "coordinator_partition"]
+__all__ = ["GroupService"]
 
 log = logging.getLogger("logquake.broker.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TXN_STATE_TOPIC = "__transaction_state"
-OFFSETS_PARTITIONS = 3  # for both topics; Kafka has 50, but every partition here is a Raft group
-COORDINATOR_TOPICS = {0: OFFSETS_TOPIC, 1: TXN_STATE_TOPIC}  # FindCoordinator key type -> topic
 TICK_S = 0.1
 E = ErrorCode
-
-
-def coordinator_partition(group_id: str) -> int:
-    """The `__consumer_offsets` partition whose leader coordinates `group_id`."""
-    return zlib.crc32(group_id.encode()) % OFFSETS_PARTITIONS
-
-
-def ensure_topic(node: Node, topic: str) -> None:
-    """Ask the metadata group for an internal topic (a no-op once it exists)."""
-    node.propose_metadata(create_topic_entry(topic, OFFSETS_PARTITIONS, min(3, len(node.node_ids))))
 
 
 def _now_ms() -> int:
@@ -72,34 +63,31 @@ def _commit_records(body: Any, *, producer_id: int = go.NO_PRODUCER_ID) -> list[
         for t in body.topics for p in t.partitions]
 
 
-class _Shard:
-    """What this node, as leader of one `__consumer_offsets` partition in one term, coordinates."""
+def _commit_response(req: Request, err: ErrorCode, name: str, topic: Any, partition: Any) -> Any:
+    """The answer to an OffsetCommit or TxnOffsetCommit (`name`): `err` for every partition asked
+    about, made with the response's `topic` and `partition` classes; a refusal is logged."""
+    if err:
+        log.info("%s of group %r from %s: %s", name, req.body.group_id, req.client_id, err.name)
+    return response(req.api_key, req.api_version, topics=[
+        topic(name=t.name, partitions=[partition(partition_index=p.partition_index, error_code=int(err))
+                                       for p in t.partitions])
+        for t in req.body.topics])
+
+
+class _Shard(FoldedShard[go.OffsetsState]):
+    """What this node, as leader of one `__consumer_offsets` partition in one term, coordinates:
+    `state` holds the committed offsets and group records."""
 
     def __init__(self, rep: Any, config: GroupConfig) -> None:
-        self.rep = rep
-        self.term = rep.raft.term
+        super().__init__(rep, go.EMPTY, offsets_log.apply_batch)
         self.config = config
-        self.offsets = go.EMPTY
-        self.applied = 0  # next Kafka offset of the partition to fold in
         self.groups: dict[str, Group] = {}
         self.persisted: dict[str, int] = {}  # group -> generation of its last group record
-
-    def catch_up(self) -> None:
-        st = self.rep.state
-        i = st.locate(self.applied)
-        while i < len(st.batches):
-            ref = st.batches[i]
-            data = self.rep.read(ref)
-            if not data:
-                break  # not readable here (yet): fold it on the next request
-            self.offsets = offsets_log.apply_batch(self.offsets, data)
-            self.applied = ref.last_offset + 1
-            i += 1
 
     def group(self, group_id: str, now_ms: int) -> Group:
         g = self.groups.get(group_id)
         if g is None:
-            record = self.offsets.groups.get(group_id)
+            record = self.state.groups.get(group_id)
             if record is not None:
                 g = Group.restore(record, now_ms=now_ms, config=self.config)
                 self.persisted[group_id] = record.generation
@@ -122,14 +110,9 @@ class GroupService:
     # ---- coordinator lookup ---------------------------------------------------------------
 
     def _shard(self, group_id: str) -> tuple[_Shard | None, ErrorCode]:
-        info = self.node.meta.state.topics.get(OFFSETS_TOPIC)
-        if info is None:
-            ensure_topic(self.node, OFFSETS_TOPIC)
-            return None, E.COORDINATOR_NOT_AVAILABLE
-        index = coordinator_partition(group_id)
-        rep = self.node.partitions.get(info.partitions[index].group_id)
-        if rep is None or not rep.is_ready_leader:
-            return None, E.NOT_COORDINATOR
+        index, rep, err = coordinator_replica(self.node, OFFSETS_TOPIC, group_id)
+        if rep is None:
+            return None, err
         shard = self.shards.get(index)
         if shard is None or shard.term != rep.raft.term or shard.rep is not rep:
             if shard is not None:
@@ -206,14 +189,8 @@ class GroupService:
 
     async def _append(self, shard: _Shard, batch: bytes) -> ErrorCode:
         """Append through Raft and wait for commit; NOT_COORDINATOR if leadership went."""
-        out = shard.rep.append(batch, parse_batches(batch), -1)
-        self.node.kick()
-        if isinstance(out, asyncio.Future):
-            try:
-                out = await asyncio.wait_for(out, 30)
-            except TimeoutError:
-                return E.NOT_COORDINATOR
-        if out.error_code == E.NOT_LEADER_OR_FOLLOWER:
+        out = await append_committed(self.node, shard.rep, batch)
+        if out is None or out.error_code == E.NOT_LEADER_OR_FOLLOWER:
             return E.NOT_COORDINATOR
         if out.error_code:
             return E(out.error_code) if out.error_code in E._value2member_map_ else E.COORDINATOR_NOT_AVAILABLE
@@ -244,11 +221,7 @@ class GroupService:
         topic = COORDINATOR_TOPICS.get(key_type)
         if topic is None:
             return none
-        info = self.node.meta.state.topics.get(topic)
-        if info is None:
-            ensure_topic(self.node, topic)
-            return none
-        leader, _ = self.node.leader_of(info.partitions[coordinator_partition(key)].group_id)
+        leader = coordinator_leader(self.node, topic, key)
         addr = next((n for n in self.node.cfg.nodes if n.node_id == leader), None)
         if addr is None:
             return none
@@ -347,14 +320,8 @@ class GroupService:
                 member_id=b.member_id, generation=b.generation_id_or_member_epoch, now_ms=_now_ms())
         if not err:
             err = await self._commit(shard, _commit_records(b))
-        if err:
-            log.info("OffsetCommit of group %r from %s: %s", b.group_id, req.client_id, err.name)
-        cls = APIS[ApiKey.OFFSET_COMMIT].response[req.api_version]
-        T = cls.OffsetCommitResponseTopic
-        return response(ApiKey.OFFSET_COMMIT, req.api_version, topics=[
-            T(name=t.name, partitions=[T.OffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                                       error_code=int(err))
-                                       for p in t.partitions]) for t in b.topics])
+        T = APIS[ApiKey.OFFSET_COMMIT].response[req.api_version].OffsetCommitResponseTopic
+        return _commit_response(req, err, "OffsetCommit", T, T.OffsetCommitResponsePartition)
 
     def offset_fetch(self, req: Request) -> Any:
         b, v = req.body, req.api_version
@@ -369,7 +336,7 @@ class GroupService:
             return response(ApiKey.OFFSET_FETCH, req.api_version, error_code=int(err), topics=topics)
         wanted: dict[str, list[int]] = {}
         if b.topics is None:  # v2+: every partition the group has an offset for
-            for key in shard.offsets.committed:
+            for key in shard.state.committed:
                 if key.group_id == b.group_id:
                     wanted.setdefault(key.topic, []).append(key.partition)
         else:
@@ -379,7 +346,7 @@ class GroupService:
         for name, indexes in wanted.items():
             parts = []
             for i in sorted(indexes):
-                value, perr = go.fetch(shard.offsets, go.OffsetKey(b.group_id, name, i), require_stable=stable)
+                value, perr = go.fetch(shard.state, go.OffsetKey(b.group_id, name, i), require_stable=stable)
                 parts.append(P(partition_index=i, committed_offset=value.offset if value else -1,
                                committed_leader_epoch=value.leader_epoch if value else -1,
                                metadata=value.metadata if value else "", error_code=int(perr)))
@@ -392,11 +359,5 @@ class GroupService:
         shard, err = self._shard(b.group_id)
         if not err:
             err = await self._commit(shard, _commit_records(b, producer_id=b.producer_id))
-        if err:
-            log.info("TxnOffsetCommit of group %r from %s: %s", b.group_id, req.client_id, err.name)
-        cls = APIS[ApiKey.TXN_OFFSET_COMMIT].response[req.api_version]
-        T = cls.TxnOffsetCommitResponseTopic
-        return response(ApiKey.TXN_OFFSET_COMMIT, req.api_version, topics=[
-            T(name=t.name, partitions=[T.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                                           error_code=int(err))
-                                       for p in t.partitions]) for t in b.topics])
+        T = APIS[ApiKey.TXN_OFFSET_COMMIT].response[req.api_version].TxnOffsetCommitResponseTopic
+        return _commit_response(req, err, "TxnOffsetCommit", T, T.TxnOffsetCommitResponsePartition)

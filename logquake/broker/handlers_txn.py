@@ -28,14 +28,16 @@ from kafka.protocol.producer import WriteTxnMarkersRequest
 from logquake.broker import txn, txn_log
 from logquake.broker.apis import APIS, ApiKey, response
 from logquake.broker.batches import control_batch
-from logquake.broker.handlers_groups import (
+from logquake.broker.coordination import (
     OFFSETS_TOPIC,
     TXN_STATE_TOPIC,
+    FoldedShard,
+    append_committed,
     coordinator_partition,
+    coordinator_replica,
     ensure_topic,
 )
 from logquake.broker.kerrors import ErrorCode
-from logquake.broker.records import parse_batches
 
 if TYPE_CHECKING:
     from logquake.broker.codec import Request
@@ -60,32 +62,13 @@ def _fenced_for(version: int, newest_without: int, error: ErrorCode) -> int:
     return int(error)
 
 
-class _TxnShard:
+class _TxnShard(FoldedShard[txn.TxnCoordinatorState]):
     """This node as leader of one `__transaction_state` partition in one term."""
 
     def __init__(self, rep: Any) -> None:
-        self.rep = rep
-        self.term = rep.raft.term
-        self.state = txn.EMPTY
-        self.applied = 0
+        super().__init__(rep, txn.EMPTY, txn_log.apply_batch)
         self.lock = asyncio.Lock()
         self.marking: set[str] = set()  # transactional ids whose markers a task is writing
-
-    def catch_up(self) -> None:
-        st = self.rep.state
-        i = st.locate(self.applied)
-        while i < len(st.batches):
-            ref = st.batches[i]
-            data = self.rep.read(ref)
-            if not data:
-                break  # not readable here (yet): fold it on the next request
-            self.state = txn_log.apply_batch(self.state, data)
-            self.applied = ref.last_offset + 1
-            i += 1
-
-    @property
-    def current(self) -> bool:
-        return self.rep.is_ready_leader and self.rep.raft.term == self.term
 
 
 class TxnService:
@@ -99,14 +82,9 @@ class TxnService:
     # ---- coordinator shards ------------------------------------------------------------------
 
     def _shard(self, transactional_id: str) -> tuple[_TxnShard | None, ErrorCode]:
-        info = self.node.meta.state.topics.get(TXN_STATE_TOPIC)
-        if info is None:
-            ensure_topic(self.node, TXN_STATE_TOPIC)
-            return None, E.COORDINATOR_NOT_AVAILABLE
-        index = coordinator_partition(transactional_id)
-        rep = self.node.partitions.get(info.partitions[index].group_id)
-        if rep is None or not rep.is_ready_leader:
-            return None, E.NOT_COORDINATOR
+        index, rep, err = coordinator_replica(self.node, TXN_STATE_TOPIC, transactional_id)
+        if rep is None:
+            return None, err
         shard = self._lead(index, rep)
         shard.catch_up()
         if self._ticker is None:
@@ -172,14 +150,8 @@ class TxnService:
 
     async def _append(self, shard: _TxnShard, meta: txn.TxnMetadata) -> ErrorCode:
         batch = txn_log.encode(meta, timestamp_ms=_wall_ms())
-        out = shard.rep.append(batch, parse_batches(batch), -1)
-        self.node.kick()
-        if isinstance(out, asyncio.Future):
-            try:
-                out = await asyncio.wait_for(out, 30)
-            except TimeoutError:
-                return E.NOT_COORDINATOR
-        if out.error_code:
+        out = await append_committed(self.node, shard.rep, batch)
+        if out is None or out.error_code:
             return E.NOT_COORDINATOR
         shard.catch_up()
         return E.NONE
@@ -294,14 +266,8 @@ class TxnService:
             return int(E.INVALID_PRODUCER_EPOCH)  # a marker from a coordinator that was fenced since
         batch = control_batch(commit=m.transaction_result, producer_id=m.producer_id, producer_epoch=m.producer_epoch,
                               coordinator_epoch=m.coordinator_epoch, timestamp_ms=_wall_ms())
-        out = rep.append(batch, parse_batches(batch), -1)
-        self.node.kick()
-        if isinstance(out, asyncio.Future):
-            try:
-                out = await asyncio.wait_for(out, 30)
-            except TimeoutError:
-                return E.REQUEST_TIMED_OUT
-        return out.error_code
+        out = await append_committed(self.node, rep, batch)
+        return E.REQUEST_TIMED_OUT if out is None else out.error_code
 
     # ---- client APIs ----------------------------------------------------------------------------
 

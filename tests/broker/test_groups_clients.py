@@ -17,7 +17,7 @@ from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, SyncGrou
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest
 
 from logquake.broker import LocalCluster
-from logquake.broker.handlers_groups import OFFSETS_TOPIC, coordinator_partition
+from logquake.broker.coordination import OFFSETS_TOPIC, coordinator_partition
 from logquake.broker.localcluster import kafka_request
 
 JOIN_GROUP = 11

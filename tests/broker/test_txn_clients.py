@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from logquake.broker import LocalCluster
-from logquake.broker.handlers_groups import TXN_STATE_TOPIC, coordinator_partition
+from logquake.broker.coordination import TXN_STATE_TOPIC, coordinator_partition
 from logquake.broker.localcluster import kafka_request
 from tests.broker.clients import confluent_produce
 

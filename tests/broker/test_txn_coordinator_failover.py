@@ -12,7 +12,7 @@ import textwrap
 from confluent_kafka import Producer
 
 from logquake.broker import LocalCluster
-from logquake.broker.handlers_groups import TXN_STATE_TOPIC, coordinator_partition
+from logquake.broker.coordination import TXN_STATE_TOPIC, coordinator_partition
 from tests.broker.test_txn_clients import read_all
 
 TID = "orphan-txn"

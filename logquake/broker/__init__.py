@@ -1,10 +1,13 @@
 """The system under test: a Kafka-wire-compatible replicated log (DESIGN.md §3).
 
-Layout: codec.py (wire), records.py (record batch headers), server.py (Kafka listener),
-handlers.py (the Kafka APIs), partition.py / metadata.py (state machines applied from the
-log), replica.py (one Raft group on a node), node.py (the process's loop), transport.py
-(peer connections), nodeconfig.py (node.yaml), process.py (`logquake broker`),
-localcluster.py (N processes on loopback for tests and benchmarks).
+Layout: apis.py (the table of APIs served: versions, schemas, handlers), kerrors.py (error
+codes), codec.py (wire), records.py (record batch headers), server.py (Kafka listener),
+handlers.py / handlers_groups.py / handlers_txn.py (the Kafka APIs), partition.py /
+metadata.py (state machines applied from the log), replica.py (one Raft group on a node),
+node.py (the process's loop), writer.py (its log writes and fsyncs), logstats.py (its
+counters line in broker.log), transport.py (peer connections), nodeconfig.py (node.yaml),
+process.py (`logquake broker`), localcluster.py (N processes on loopback for tests and
+benchmarks).
 
 `LocalCluster` is imported lazily: the broker process itself must not pay for it.
 """

@@ -3,7 +3,8 @@
 Sans-I/O and `KafkaProtocol`-shaped (kafka-python's parser, mirrored for the server side):
 `RequestDecoder.feed(bytes)` returns whole requests, `encode_response(...)` returns bytes.
 The message classes are kafka-python's JSON-schema `ApiMessage`s (exact pin in pyproject),
-so flexible versions, tagged fields and header versions come from the upstream schemas.
+so flexible versions, tagged fields and header versions come from the upstream schemas;
+which APIs and versions are decoded is apis.py's table.
 
 A malformed frame is the peer's fault: the decoder raises `FrameError` for what makes the
 stream unusable (bad length: the connection must close) and returns a `BadRequest` for a
@@ -17,73 +18,22 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
-from kafka.protocol.consumer import (
-    FetchRequest,
-    FetchResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse,
-)
-from kafka.protocol.metadata import (
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    MetadataRequest,
-    MetadataResponse,
-)
-from kafka.protocol.producer import (
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    ProduceRequest,
-    ProduceResponse,
-)
+from kafka.protocol.metadata import ApiVersionsResponse
+
+from logquake.broker.apis import APIS, ApiKey, version_entries
+from logquake.broker.kerrors import ErrorCode
 
 __all__ = [
-    "API_RANGES",
-    "ApiKey",
     "BadRequest",
     "Encoded",
     "FrameError",
     "Request",
     "RequestDecoder",
-    "encode_response",
-    "register_api",
     "api_versions_error_response",
+    "encode_response",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
-
-
-class ApiKey:
-    """The Kafka API keys this broker speaks."""
-
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    API_VERSIONS = 18
-    CREATE_TOPICS = 19
-    INIT_PRODUCER_ID = 22
-    OFFSET_FOR_LEADER_EPOCH = 23
-
-
-# (min, max, request class, response class); the ranges are DESIGN.md §3's, one contiguous
-# range per API, and must stay within what kafka-python's schemas can decode.
-API_RANGES: dict[int, tuple[int, int, Any, Any]] = {
-    ApiKey.PRODUCE: (3, 9, ProduceRequest, ProduceResponse),
-    ApiKey.FETCH: (4, 12, FetchRequest, FetchResponse),
-    ApiKey.LIST_OFFSETS: (1, 7, ListOffsetsRequest, ListOffsetsResponse),
-    ApiKey.METADATA: (0, 12, MetadataRequest, MetadataResponse),
-    ApiKey.API_VERSIONS: (0, 3, ApiVersionsRequest, ApiVersionsResponse),
-    ApiKey.CREATE_TOPICS: (2, 5, CreateTopicsRequest, CreateTopicsResponse),
-    ApiKey.INIT_PRODUCER_ID: (0, 4, InitProducerIdRequest, InitProducerIdResponse),
-    # Not in DESIGN §3's list, but kafka-python consumers (KIP-320) stall after a leader change
-    # without it; 2-4 is the range of the upstream schema.
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
-}
-
-UNSUPPORTED_VERSION = 35
 _HDR = struct.Struct(">hhi")
 
 
@@ -178,11 +128,11 @@ class RequestDecoder:
 def decode_request(frame: bytes) -> Request | BadRequest:
     """Decode one unframed request; never raises for bad content."""
     api_key, version, corr = _HDR.unpack_from(frame, 0)
-    spec = API_RANGES.get(api_key)
-    if spec is None:
+    api = APIS.get(api_key)
+    if api is None:
         return BadRequest(api_key=api_key, api_version=version, correlation_id=corr,
                           reason=f"unsupported api key {api_key}", reply=None)
-    lo, hi, req_cls, _ = spec
+    lo, hi, req_cls = api.min_version, api.max_version, api.request
     if not lo <= version <= hi:
         reply = api_versions_error_response(corr) if api_key == ApiKey.API_VERSIONS else None
         return BadRequest(api_key=api_key, api_version=version, correlation_id=corr,
@@ -235,14 +185,6 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def register_api(api_key: int, min_version: int, max_version: int, request_cls: Any, response_cls: Any) -> None:
-    """Serve another API (issue #7's group and transaction APIs): ApiVersions advertises it,
-    the decoder decodes it. The range must lie within what kafka-python's schema knows."""
-    if not 0 <= min_version <= max_version <= request_cls.max_version:
-        raise ValueError(f"api {api_key}: range {min_version}-{max_version} outside the schema's")
-    API_RANGES[api_key] = (min_version, max_version, request_cls, response_cls)
-
-
 @dataclass(frozen=True, slots=True)
 class Encoded:
     """A response body already in wire form (responses.py's encoders): only the header is added.
@@ -261,7 +203,7 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     if type(body) is Encoded:
         tags = b"\x00" if body.flexible else b""
         return _CORR.pack(4 + len(tags) + len(body.body), correlation_id) + tags + body.body
-    resp_cls = API_RANGES[api_key][3]
+    resp_cls = APIS[api_key].response
     if isinstance(body, dict):
         body = resp_cls[version](**body)
     elif body.API_VERSION != version:
@@ -271,15 +213,11 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     return bytes(body.encode(header=True, framed=True))
 
 
-def api_version_entries() -> list[tuple[int, int, int]]:
-    return [(k, lo, hi) for k, (lo, hi, _, _) in sorted(API_RANGES.items())]
-
-
 def api_versions_error_response(correlation_id: int) -> bytes:
     """The v0 UNSUPPORTED_VERSION answer that lets a too-new client fall back (KIP-511)."""
     cls = ApiVersionsResponse[0]
-    body = cls(error_code=UNSUPPORTED_VERSION,
+    body = cls(error_code=ErrorCode.UNSUPPORTED_VERSION,
                api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                         for k, lo, hi in api_version_entries()])
+                         for k, lo, hi in version_entries()])
     body.with_header(correlation_id=correlation_id)
     return bytes(body.encode(header=True, framed=True))

@@ -1,4 +1,5 @@
-"""The Kafka APIs this broker serves, on top of a `Node`.
+"""The Kafka APIs this broker serves, on top of a `Node`: the core ones here, and the
+dispatch of every request through apis.py's table.
 
 Each handler takes a decoded request and returns a response (or `NO_RESPONSE`, or an
 awaitable of one). The synchronous part runs in request order per connection (server.py),
@@ -14,8 +15,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from logquake.broker import codec, responses, txn_index
-from logquake.broker.codec import ApiKey, Request
+from logquake.broker import apis, responses, txn_index
+from logquake.broker.apis import APIS, ApiKey
+from logquake.broker.codec import Request
+from logquake.broker.handlers_groups import GroupService
+from logquake.broker.handlers_txn import TxnService
+from logquake.broker.kerrors import ErrorCode
 from logquake.broker.metadata import validate_topic_name
 from logquake.broker.producer_state import Outcome
 from logquake.broker.records import InvalidRecords, parse_batches
@@ -29,49 +34,23 @@ __all__ = ["KafkaApi"]
 
 log = logging.getLogger("logquake.broker.api")
 
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-COORDINATOR_NOT_AVAILABLE = 15
-INVALID_REQUIRED_ACKS = 21
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REQUEST = 42
-INVALID_TOPIC_EXCEPTION = 17
-UNKNOWN_SERVER_ERROR = -1
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
+E = ErrorCode
 CLUSTER_ID = "logquake"
 _REQ_STAT = {k: f"req_{k}" for k in range(80)}  # the 5 s stats count requests per API key
 
 
 
 class KafkaApi:
-    """Dispatches requests by API key to the handlers below (and to registered extra ones)."""
+    """A node's Kafka front end: the core handlers below, and beside them the group and
+    transaction services; `handle` dispatches each request as apis.py's table says."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self._by_key = {
-            ApiKey.API_VERSIONS: self.api_versions,
-            ApiKey.METADATA: self.metadata,
-            ApiKey.PRODUCE: self.produce,
-            ApiKey.FETCH: self.fetch,
-            ApiKey.LIST_OFFSETS: self.list_offsets,
-            ApiKey.CREATE_TOPICS: self.create_topics,
-            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
-            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
-        }
+        self.groups = GroupService(node)
+        self.txn = TxnService(node)
+        self._by_key = apis.bind(apis.Services(core=self, groups=self.groups, txn=self.txn))
         self.ack_early = node.cfg.unsafe.get("ack") == "early"
         self.dedup = node.cfg.unsafe.get("dedup") != "off"
-
-    def register(self, api_key: int, handler: Any) -> None:
-        """Serve `api_key` with `handler(request, node)` (issue #7's group/txn APIs)."""
-        self._by_key[api_key] = lambda req: handler(req, self.node)
 
     def handle(self, req: Request) -> Any:
         self.node.stats[_REQ_STAT.get(req.api_key, "req_other")] += 1
@@ -80,10 +59,10 @@ class KafkaApi:
     # ---- ApiVersions ---------------------------------------------------------------------------
 
     def api_versions(self, req: Request) -> Any:
-        cls = codec.API_RANGES[ApiKey.API_VERSIONS][3][req.api_version]
-        return cls(error_code=0, throttle_time_ms=0,
+        cls = APIS[ApiKey.API_VERSIONS].response[req.api_version]
+        return cls(error_code=E.NONE, throttle_time_ms=0,
                    api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                             for k, lo, hi in codec.api_version_entries()],
+                             for k, lo, hi in apis.version_entries()],
                    supported_features=[], finalized_features_epoch=-1, finalized_features=[],
                    zk_migration_ready=False)
 
@@ -106,12 +85,12 @@ class KafkaApi:
     def _topic_metadata(self, name: str, auto: bool) -> responses.MetadataTopic:
         info = self.node.meta.state.topics.get(name)
         if info is None:
-            err = UNKNOWN_TOPIC_OR_PARTITION
+            err = E.UNKNOWN_TOPIC_OR_PARTITION
             if auto and validate_topic_name(name) is None:
                 self.node.request_topic(name)
-                err = LEADER_NOT_AVAILABLE  # Kafka's answer while an auto-created topic comes up
+                err = E.LEADER_NOT_AVAILABLE  # Kafka's answer while an auto-created topic comes up
             elif name and validate_topic_name(name) is not None:
-                err = INVALID_TOPIC_EXCEPTION
+                err = E.INVALID_TOPIC_EXCEPTION
             return (err, name, None, False, ())
         parts, coming_up = [], False
         for p in info.partitions:
@@ -120,11 +99,11 @@ class KafkaApi:
             # created. Kafka answers that at topic level, and librdkafka keeps re-asking every
             # retry.backoff.ms only then; a partition without a leader waits for its 1 s scan.
             coming_up |= leader < 0 and epoch <= 1
-            parts.append((NONE if leader >= 0 else LEADER_NOT_AVAILABLE, p.partition, leader, epoch,
+            parts.append((E.NONE if leader >= 0 else E.LEADER_NOT_AVAILABLE, p.partition, leader, epoch,
                           p.replicas, p.replicas, ()))
         if coming_up:
-            return (LEADER_NOT_AVAILABLE, name, info.topic_id, False, ())
-        return (NONE, name, info.topic_id, False, parts)
+            return (E.LEADER_NOT_AVAILABLE, name, info.topic_id, False, ())
+        return (E.NONE, name, info.topic_id, False, parts)
 
     # ---- Produce ------------------------------------------------------------------------------
 
@@ -135,7 +114,7 @@ class KafkaApi:
         for t in b.topic_data:
             for p in t.partition_data:
                 if acks not in (0, 1, -1):
-                    out: Any = AppendOutcome(error_code=INVALID_REQUIRED_ACKS)
+                    out: Any = AppendOutcome(error_code=E.INVALID_REQUIRED_ACKS)
                 else:
                     out = self._produce_one(t.name, p.index, p.records, acks, req)
                 results.append((t.name, p.index, out))
@@ -156,11 +135,11 @@ class KafkaApi:
                 raise InvalidRecords("no record batches")
         except InvalidRecords as e:
             log.warning("rejected produce to %s-%d from %s: %s", topic, partition, req.client_id, e)
-            return AppendOutcome(error_code=CORRUPT_MESSAGE)
+            return AppendOutcome(error_code=E.CORRUPT_MESSAGE)
         verdict = rep.check_producer(records, headers, dedup=self.dedup)
         if verdict is not None:
             if verdict.outcome is Outcome.DUPLICATE:
-                return AppendOutcome(error_code=NONE, base_offset=verdict.base_offset or 0)
+                return AppendOutcome(error_code=E.NONE, base_offset=verdict.base_offset or 0)
             self._reject(req, topic, partition, int(verdict.error))
             return AppendOutcome(error_code=int(verdict.error))
         # Unsafe `ack: early` is read here only: acks=all is answered after the leader's append.
@@ -175,13 +154,13 @@ class KafkaApi:
         if info is None:
             if auto_create and self.node.cfg.auto_create_topics and validate_topic_name(topic) is None:
                 self.node.request_topic(topic)
-            return None, UNKNOWN_TOPIC_OR_PARTITION
+            return None, E.UNKNOWN_TOPIC_OR_PARTITION
         if not 0 <= partition < len(info.partitions):
-            return None, UNKNOWN_TOPIC_OR_PARTITION
+            return None, E.UNKNOWN_TOPIC_OR_PARTITION
         rep = self.node.partitions.get(info.partitions[partition].group_id)
         if rep is None or not rep.is_ready_leader:
-            return None, NOT_LEADER_OR_FOLLOWER
-        return rep, NONE
+            return None, E.NOT_LEADER_OR_FOLLOWER
+        return rep, E.NONE
 
     def _reject(self, req: Request, topic: str, partition: int, err: int) -> None:
         log.info("api %d from %s for %s-%d answered with error %d", req.api_key, req.client_id, topic,
@@ -209,7 +188,7 @@ class KafkaApi:
                         o = o.result()
                     else:
                         log.info("produce to %s-%d from %s timed out before commit", t, p, req.client_id)
-                        o = AppendOutcome(error_code=REQUEST_TIMED_OUT)
+                        o = AppendOutcome(error_code=E.REQUEST_TIMED_OUT)
                 final.append((t, p, o))
             out.set_result(self._produce_response(req, final))
 
@@ -280,7 +259,7 @@ class KafkaApi:
                     hw, lso = st.next_offset, st.last_stable_offset
                     start = st.log_start_offset
                     if not start <= p.fetch_offset <= hw:
-                        err = OFFSET_OUT_OF_RANGE
+                        err = E.OFFSET_OUT_OF_RANGE
                     else:
                         upper = txn_index.fetch_upper_bound(st.txns, hw, read_committed=read_committed, leak=leak)
                         records = self._read(rep, p.fetch_offset, upper, min(p.partition_max_bytes, budget),
@@ -291,7 +270,7 @@ class KafkaApi:
                         budget -= len(records)
                         total += len(records)
                         watch.append((rep, p.fetch_offset))
-                if err != NONE:
+                if err != E.NONE:
                     errors = True
                     self._reject(req, t.topic, p.partition, err)
                 parts.append((p.partition, err, hw, lso, start, aborted, records))
@@ -309,7 +288,7 @@ class KafkaApi:
 
     def list_offsets(self, req: Request) -> Any:
         b = req.body
-        cls = codec.API_RANGES[ApiKey.LIST_OFFSETS][3][req.api_version]
+        cls = APIS[ApiKey.LIST_OFFSETS].response[req.api_version]
         T = cls.ListOffsetsTopicResponse
         topics = []
         for t in b.topics:
@@ -349,7 +328,7 @@ class KafkaApi:
 
     def offset_for_leader_epoch(self, req: Request) -> Any:
         """KIP-320: where a leader epoch ends, so a consumer can detect a truncated log."""
-        cls = codec.API_RANGES[ApiKey.OFFSET_FOR_LEADER_EPOCH][3][req.api_version]
+        cls = APIS[ApiKey.OFFSET_FOR_LEADER_EPOCH].response[req.api_version]
         T = cls.OffsetForLeaderTopicResult
         topics = []
         for t in req.body.topics:
@@ -360,7 +339,7 @@ class KafkaApi:
                 if rep is not None:
                     term = rep.raft.term
                     if p.current_leader_epoch >= 0 and p.current_leader_epoch != term:
-                        err = FENCED_LEADER_EPOCH if p.current_leader_epoch < term else UNKNOWN_LEADER_EPOCH
+                        err = E.FENCED_LEADER_EPOCH if p.current_leader_epoch < term else E.UNKNOWN_LEADER_EPOCH
                     else:
                         epoch, end = rep.state.end_offset_for_epoch(p.leader_epoch, current_epoch=term)
                         first = rep.state.epochs[0][0] if rep.state.epochs else term
@@ -369,7 +348,7 @@ class KafkaApi:
                             log.info("OffsetForLeaderEpoch %s-%d from %s: epoch %d -> (%d, %d), known epochs %s",
                                      t.topic, p.partition, req.client_id, p.leader_epoch, epoch, end,
                                      rep.state.epochs[:8])
-                if err != NONE:
+                if err != E.NONE:
                     self._reject(req, t.topic, p.partition, err)
                 parts.append(T.EpochEndOffset(error_code=err, partition=p.partition, leader_epoch=epoch,
                                               end_offset=end))
@@ -383,7 +362,7 @@ class KafkaApi:
 
     async def _create_topics(self, req: Request) -> Any:
         b = req.body
-        cls = codec.API_RANGES[ApiKey.CREATE_TOPICS][3][req.api_version]
+        cls = APIS[ApiKey.CREATE_TOPICS].response[req.api_version]
         n_nodes = len(self.node.node_ids)
         jobs = []
         for t in b.topics:
@@ -405,40 +384,38 @@ class KafkaApi:
     async def _create_one(self, name: str, n: int, rf: int, validate_only: bool, assignments: Any,
                           timeout_ms: int) -> tuple[int, str | None]:
         if name in self.node.meta.state.topics:
-            return TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+            return E.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
         reason = validate_topic_name(name)
         if reason:
-            return INVALID_TOPIC_EXCEPTION, reason
+            return E.INVALID_TOPIC_EXCEPTION, reason
         if assignments:
-            return INVALID_REQUEST, "manual replica assignments are not supported"
+            return E.INVALID_REQUEST, "manual replica assignments are not supported"
         if n < 1:
-            return INVALID_PARTITIONS, f"partitions must be >= 1, got {n}"
+            return E.INVALID_PARTITIONS, f"partitions must be >= 1, got {n}"
         if not 1 <= rf <= len(self.node.node_ids):
-            return INVALID_REPLICATION_FACTOR, f"replication factor must be in [1, {len(self.node.node_ids)}]"
+            return E.INVALID_REPLICATION_FACTOR, f"replication factor must be in [1, {len(self.node.node_ids)}]"
         if validate_only:
-            return NONE, None
+            return E.NONE, None
         return await self.node.create_topic(name, n, rf, timeout=max(timeout_ms, 1000) / 1000)
 
     # ---- InitProducerId -----------------------------------------------------------------------
 
     def init_producer_id(self, req: Request) -> Any:
+        """An idempotent producer's id (a transactional id is the transaction coordinator's:
+        `TxnService.init_producer_id` hands only the others over to here)."""
         return self._init_producer_id(req)
 
     async def _init_producer_id(self, req: Request) -> Any:
         b = req.body
-        cls = codec.API_RANGES[ApiKey.INIT_PRODUCER_ID][3][req.api_version]
-        if b.transactional_id is not None:
-            log.info("InitProducerId for transactional id %r from %s: transactions not served yet",
-                     b.transactional_id, req.client_id)
-            return cls(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
+        cls = APIS[ApiKey.INIT_PRODUCER_ID].response[req.api_version]
         if req.api_version >= 3 and b.producer_id >= 0 and 0 <= b.producer_epoch < 32766:
             # KIP-360: an idempotent producer bumps its own epoch after an error; the id stays.
-            return cls(throttle_time_ms=0, error_code=NONE, producer_id=b.producer_id,
+            return cls(throttle_time_ms=0, error_code=E.NONE, producer_id=b.producer_id,
                        producer_epoch=b.producer_epoch + 1)
         pid = await self.node.new_producer_id()
         if pid is None:
-            return cls(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
-        return cls(throttle_time_ms=0, error_code=NONE, producer_id=pid, producer_epoch=0)
+            return cls(throttle_time_ms=0, error_code=E.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
+        return cls(throttle_time_ms=0, error_code=E.NONE, producer_id=pid, producer_epoch=0)
 
 
 def _set_none(fut: asyncio.Future[None]) -> None:

@@ -20,138 +20,74 @@ import asyncio
 import logging
 import time
 import uuid
-import zlib
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.consumer import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
-from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
-
-from logquake.broker import codec, offsets_log
 from logquake.broker import group_offsets as go
+from logquake.broker import offsets_log
+from logquake.broker.apis import APIS, ApiKey, response
+from logquake.broker.coordination import (
+    COORDINATOR_TOPICS,
+    OFFSETS_TOPIC,
+    FoldedShard,
+    append_committed,
+    coordinator_leader,
+    coordinator_replica,
+)
 from logquake.broker.groups import Group, GroupConfig, GroupState, JoinReply, SyncReply
 from logquake.broker.kerrors import ErrorCode
-from logquake.broker.metadata import create_topic_entry
-from logquake.broker.records import parse_batches
 
 if TYPE_CHECKING:
     from logquake.broker.codec import Request
     from logquake.broker.node import Node
 
-__all__ = ["install_group_apis", "OFFSETS_TOPIC", "TXN_STATE_TOPIC", "OFFSETS_PARTITIONS", "coordinator_partition"]
+__all__ = ["GroupService"]
 
 log = logging.getLogger("logquake.broker.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TXN_STATE_TOPIC = "__transaction_state"
-OFFSETS_PARTITIONS = 3  # for both topics; Kafka has 50, but every partition here is a Raft group
-COORDINATOR_TOPICS = {0: OFFSETS_TOPIC, 1: TXN_STATE_TOPIC}  # FindCoordinator key type -> topic
 TICK_S = 0.1
 E = ErrorCode
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
-TXN_OFFSET_COMMIT = 28
-# DESIGN.md §3's version ranges.
-API_SPECS: dict[int, tuple[int, int, Any, Any]] = {
-    OFFSET_COMMIT: (2, 8, OffsetCommitRequest, OffsetCommitResponse),
-    OFFSET_FETCH: (1, 7, OffsetFetchRequest, OffsetFetchResponse),
-    FIND_COORDINATOR: (0, 4, FindCoordinatorRequest, FindCoordinatorResponse),
-    JOIN_GROUP: (0, 7, JoinGroupRequest, JoinGroupResponse),
-    HEARTBEAT: (0, 4, HeartbeatRequest, HeartbeatResponse),
-    LEAVE_GROUP: (0, 4, LeaveGroupRequest, LeaveGroupResponse),
-    SYNC_GROUP: (0, 5, SyncGroupRequest, SyncGroupResponse),
-    TXN_OFFSET_COMMIT: (0, 3, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
-}
-
-
-def coordinator_partition(group_id: str) -> int:
-    """The `__consumer_offsets` partition whose leader coordinates `group_id`."""
-    return zlib.crc32(group_id.encode()) % OFFSETS_PARTITIONS
-
-
-def register_ranges(specs: dict[int, tuple[int, int, Any, Any]]) -> None:
-    """Make the codec decode (and ApiVersions advertise) these APIs."""
-    for key, (lo, hi, req_cls, resp_cls) in specs.items():
-        register = getattr(codec, "register_api", None)
-        if register is not None:
-            register(key, lo, hi, req_cls, resp_cls)
-        else:
-            codec.API_RANGES.setdefault(key, (lo, hi, req_cls, resp_cls))
-
-
-def install_group_apis(node: Node) -> None:
-    """Serve the consumer-group and transaction APIs on `node` (once, after `node.api` exists)."""
-    from logquake.broker.handlers_txn import install_txn_apis
-
-    service = GroupService(node)
-    register_ranges(API_SPECS)
-    node.api.register(OFFSET_COMMIT, service.offset_commit)
-    node.api.register(OFFSET_FETCH, service.offset_fetch)
-    node.api.register(FIND_COORDINATOR, service.find_coordinator)
-    node.api.register(JOIN_GROUP, service.join_group)
-    node.api.register(HEARTBEAT, service.heartbeat)
-    node.api.register(LEAVE_GROUP, service.leave_group)
-    node.api.register(SYNC_GROUP, service.sync_group)
-    node.api.register(TXN_OFFSET_COMMIT, service.txn_offset_commit)
-    install_txn_apis(node)
-
-
-def ensure_topic(node: Node, topic: str) -> None:
-    """Ask the metadata group for an internal topic (a no-op once it exists)."""
-    node.propose_metadata(create_topic_entry(topic, OFFSETS_PARTITIONS, min(3, len(node.node_ids))))
-
-
-def _response(api_key: int, req: Request, **fields: Any) -> Any:
-    return codec.API_RANGES[api_key][3][req.api_version](throttle_time_ms=0, **fields)
 
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class _Shard:
-    """What this node, as leader of one `__consumer_offsets` partition in one term, coordinates."""
+def _commit_records(body: Any, *, producer_id: int = go.NO_PRODUCER_ID) -> list[go.OffsetCommitRecord]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request asks to write, stamped now."""
+    now = int(time.time() * 1000)
+    return [go.OffsetCommitRecord(
+        key=go.OffsetKey(body.group_id, t.name, p.partition_index),
+        value=go.CommittedOffset(offset=p.committed_offset, metadata=p.committed_metadata or "",
+                                 leader_epoch=getattr(p, "committed_leader_epoch", -1), commit_ms=now),
+        producer_id=producer_id)
+        for t in body.topics for p in t.partitions]
+
+
+def _commit_response(req: Request, err: ErrorCode, name: str, topic: Any, partition: Any) -> Any:
+    """The answer to an OffsetCommit or TxnOffsetCommit (`name`): `err` for every partition asked
+    about, made with the response's `topic` and `partition` classes; a refusal is logged."""
+    if err:
+        log.info("%s of group %r from %s: %s", name, req.body.group_id, req.client_id, err.name)
+    return response(req.api_key, req.api_version, topics=[
+        topic(name=t.name, partitions=[partition(partition_index=p.partition_index, error_code=int(err))
+                                       for p in t.partitions])
+        for t in req.body.topics])
+
+
+class _Shard(FoldedShard[go.OffsetsState]):
+    """What this node, as leader of one `__consumer_offsets` partition in one term, coordinates:
+    `state` holds the committed offsets and group records."""
 
     def __init__(self, rep: Any, config: GroupConfig) -> None:
-        self.rep = rep
-        self.term = rep.raft.term
+        super().__init__(rep, go.EMPTY, offsets_log.apply_batch)
         self.config = config
-        self.offsets = go.EMPTY
-        self.applied = 0  # next Kafka offset of the partition to fold in
         self.groups: dict[str, Group] = {}
         self.persisted: dict[str, int] = {}  # group -> generation of its last group record
-
-    def catch_up(self) -> None:
-        st = self.rep.state
-        i = st.locate(self.applied)
-        while i < len(st.batches):
-            ref = st.batches[i]
-            data = self.rep.read(ref)
-            if not data:
-                break  # not readable here (yet): fold it on the next request
-            self.offsets = offsets_log.apply_batch(self.offsets, data)
-            self.applied = ref.last_offset + 1
-            i += 1
 
     def group(self, group_id: str, now_ms: int) -> Group:
         g = self.groups.get(group_id)
         if g is None:
-            record = self.offsets.groups.get(group_id)
+            record = self.state.groups.get(group_id)
             if record is not None:
                 g = Group.restore(record, now_ms=now_ms, config=self.config)
                 self.persisted[group_id] = record.generation
@@ -174,14 +110,9 @@ class GroupService:
     # ---- coordinator lookup ---------------------------------------------------------------
 
     def _shard(self, group_id: str) -> tuple[_Shard | None, ErrorCode]:
-        info = self.node.meta.state.topics.get(OFFSETS_TOPIC)
-        if info is None:
-            ensure_topic(self.node, OFFSETS_TOPIC)
-            return None, E.COORDINATOR_NOT_AVAILABLE
-        index = coordinator_partition(group_id)
-        rep = self.node.partitions.get(info.partitions[index].group_id)
-        if rep is None or not rep.is_ready_leader:
-            return None, E.NOT_COORDINATOR
+        index, rep, err = coordinator_replica(self.node, OFFSETS_TOPIC, group_id)
+        if rep is None:
+            return None, err
         shard = self.shards.get(index)
         if shard is None or shard.term != rep.raft.term or shard.rep is not rep:
             if shard is not None:
@@ -258,53 +189,47 @@ class GroupService:
 
     async def _append(self, shard: _Shard, batch: bytes) -> ErrorCode:
         """Append through Raft and wait for commit; NOT_COORDINATOR if leadership went."""
-        out = shard.rep.append(batch, parse_batches(batch), -1)
-        self.node.kick()
-        if isinstance(out, asyncio.Future):
-            try:
-                out = await asyncio.wait_for(out, 30)
-            except TimeoutError:
-                return E.NOT_COORDINATOR
-        if out.error_code == NOT_LEADER_OR_FOLLOWER:
+        out = await append_committed(self.node, shard.rep, batch)
+        if out is None or out.error_code == E.NOT_LEADER_OR_FOLLOWER:
             return E.NOT_COORDINATOR
         if out.error_code:
             return E(out.error_code) if out.error_code in E._value2member_map_ else E.COORDINATOR_NOT_AVAILABLE
         shard.catch_up()
         return E.NONE
 
+    async def _commit(self, shard: _Shard, records: list[go.OffsetCommitRecord]) -> ErrorCode:
+        """Append committed offsets (none: nothing to do) and wait for their commit."""
+        return await self._append(shard, offsets_log.encode_offsets(records)) if records else E.NONE
+
     # ---- FindCoordinator ----------------------------------------------------------------------
 
-    def find_coordinator(self, req: Request, node: Node) -> Any:
+    def find_coordinator(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         keys = list(b.coordinator_keys) if v >= 4 else [b.key]
         key_type = b.key_type if v >= 1 else 0
         found = [self._coordinator(k, key_type) for k in keys]
         if v >= 4:
-            cls = codec.API_RANGES[FIND_COORDINATOR][3][v]
-            return _response(FIND_COORDINATOR, req, coordinators=[
+            cls = APIS[ApiKey.FIND_COORDINATOR].response[v]
+            return response(ApiKey.FIND_COORDINATOR, req.api_version, coordinators=[
                 cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e, error_message=None)
                 for k, (e, n, h, p) in zip(keys, found, strict=True)])
         e, n, h, p = found[0]
-        return _response(FIND_COORDINATOR, req, error_code=e, error_message=None, node_id=n, host=h, port=p)
+        return response(ApiKey.FIND_COORDINATOR, req.api_version, error_code=e, error_message=None, node_id=n, host=h, port=p)
 
     def _coordinator(self, key: str, key_type: int) -> tuple[int, int, str, int]:
         none = (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
         topic = COORDINATOR_TOPICS.get(key_type)
         if topic is None:
             return none
-        info = self.node.meta.state.topics.get(topic)
-        if info is None:
-            ensure_topic(self.node, topic)
-            return none
-        leader, _ = self.node.leader_of(info.partitions[coordinator_partition(key)].group_id)
+        leader = coordinator_leader(self.node, topic, key)
         addr = next((n for n in self.node.cfg.nodes if n.node_id == leader), None)
         if addr is None:
             return none
-        return 0, addr.node_id, addr.host, addr.kafka_port
+        return int(E.NONE), addr.node_id, addr.host, addr.kafka_port
 
     # ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -------------------------------------
 
-    async def join_group(self, req: Request, node: Node) -> Any:
+    async def join_group(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         shard, err = self._shard(b.group_id)
         if err:
@@ -333,14 +258,14 @@ class GroupService:
         return self._join_response(req, reply)
 
     def _join_response(self, req: Request, r: JoinReply) -> Any:
-        cls = codec.API_RANGES[JOIN_GROUP][3][req.api_version]
-        return _response(JOIN_GROUP, req, error_code=int(r.error), generation_id=r.generation,
+        cls = APIS[ApiKey.JOIN_GROUP].response[req.api_version]
+        return response(ApiKey.JOIN_GROUP, req.api_version, error_code=int(r.error), generation_id=r.generation,
                          protocol_type=r.protocol_type, protocol_name=r.protocol_name or "", leader=r.leader_id,
                          member_id=r.member_id, members=[
                              cls.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
                              for m, meta in r.members])
 
-    async def sync_group(self, req: Request, node: Node) -> Any:
+    async def sync_group(self, req: Request) -> Any:
         b = req.body
         shard, err = self._shard(b.group_id)
         if err:
@@ -359,18 +284,18 @@ class GroupService:
         return self._sync_response(req, reply)
 
     def _sync_response(self, req: Request, r: SyncReply) -> Any:
-        return _response(SYNC_GROUP, req, error_code=int(r.error), protocol_type=r.protocol_type,
+        return response(ApiKey.SYNC_GROUP, req.api_version, error_code=int(r.error), protocol_type=r.protocol_type,
                          protocol_name=r.protocol_name, assignment=r.assignment)
 
-    def heartbeat(self, req: Request, node: Node) -> Any:
+    def heartbeat(self, req: Request) -> Any:
         b = req.body
         shard, err = self._shard(b.group_id)
         if not err:
             err = shard.group(b.group_id, _now_ms()).heartbeat(member_id=b.member_id, generation=b.generation_id,
                                                                now_ms=_now_ms())
-        return _response(HEARTBEAT, req, error_code=int(err))
+        return response(ApiKey.HEARTBEAT, req.api_version, error_code=int(err))
 
-    def leave_group(self, req: Request, node: Node) -> Any:
+    def leave_group(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         ids = [m.member_id for m in b.members] if v >= 3 else [b.member_id]
         shard, err = self._shard(b.group_id)
@@ -380,50 +305,38 @@ class GroupService:
             errors, replies = g.leave(member_ids=ids, now_ms=_now_ms())
             self._deliver(b.group_id, replies)
             self._persist(shard, g)
-        cls = codec.API_RANGES[LEAVE_GROUP][3][v]
+        cls = APIS[ApiKey.LEAVE_GROUP].response[v]
         top = err if v >= 3 else errors[ids[0]]
-        return _response(LEAVE_GROUP, req, error_code=int(top), members=[
+        return response(ApiKey.LEAVE_GROUP, req.api_version, error_code=int(top), members=[
             cls.MemberResponse(member_id=m, group_instance_id=None, error_code=int(e)) for m, e in errors.items()])
 
     # ---- OffsetCommit / OffsetFetch -----------------------------------------------------------
 
-    async def offset_commit(self, req: Request, node: Node) -> Any:
+    async def offset_commit(self, req: Request) -> Any:
         b = req.body
         shard, err = self._shard(b.group_id)
         if not err:
             err = shard.group(b.group_id, _now_ms()).check_offset_commit(
                 member_id=b.member_id, generation=b.generation_id_or_member_epoch, now_ms=_now_ms())
         if not err:
-            now = int(time.time() * 1000)
-            records = [go.OffsetCommitRecord(
-                key=go.OffsetKey(b.group_id, t.name, p.partition_index),
-                value=go.CommittedOffset(offset=p.committed_offset, metadata=p.committed_metadata or "",
-                                         leader_epoch=getattr(p, "committed_leader_epoch", -1), commit_ms=now))
-                for t in b.topics for p in t.partitions]
-            err = await self._append(shard, offsets_log.encode_offsets(records)) if records else E.NONE
-        if err:
-            log.info("OffsetCommit of group %r from %s: %s", b.group_id, req.client_id, err.name)
-        cls = codec.API_RANGES[OFFSET_COMMIT][3][req.api_version]
-        T = cls.OffsetCommitResponseTopic
-        return _response(OFFSET_COMMIT, req, topics=[
-            T(name=t.name, partitions=[T.OffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                                       error_code=int(err))
-                                       for p in t.partitions]) for t in b.topics])
+            err = await self._commit(shard, _commit_records(b))
+        T = APIS[ApiKey.OFFSET_COMMIT].response[req.api_version].OffsetCommitResponseTopic
+        return _commit_response(req, err, "OffsetCommit", T, T.OffsetCommitResponsePartition)
 
-    def offset_fetch(self, req: Request, node: Node) -> Any:
+    def offset_fetch(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         shard, err = self._shard(b.group_id)
-        cls = codec.API_RANGES[OFFSET_FETCH][3][v]
+        cls = APIS[ApiKey.OFFSET_FETCH].response[v]
         T = cls.OffsetFetchResponseTopic
         P = T.OffsetFetchResponsePartition
         if err:
             topics = [T(name=t.name, partitions=[P(partition_index=i, committed_offset=-1, committed_leader_epoch=-1,
                                                    metadata="", error_code=int(err)) for i in t.partition_indexes])
                       for t in (b.topics or [])]
-            return _response(OFFSET_FETCH, req, error_code=int(err), topics=topics)
+            return response(ApiKey.OFFSET_FETCH, req.api_version, error_code=int(err), topics=topics)
         wanted: dict[str, list[int]] = {}
         if b.topics is None:  # v2+: every partition the group has an offset for
-            for key in shard.offsets.committed:
+            for key in shard.state.committed:
                 if key.group_id == b.group_id:
                     wanted.setdefault(key.topic, []).append(key.partition)
         else:
@@ -433,31 +346,18 @@ class GroupService:
         for name, indexes in wanted.items():
             parts = []
             for i in sorted(indexes):
-                value, perr = go.fetch(shard.offsets, go.OffsetKey(b.group_id, name, i), require_stable=stable)
+                value, perr = go.fetch(shard.state, go.OffsetKey(b.group_id, name, i), require_stable=stable)
                 parts.append(P(partition_index=i, committed_offset=value.offset if value else -1,
                                committed_leader_epoch=value.leader_epoch if value else -1,
                                metadata=value.metadata if value else "", error_code=int(perr)))
             topics.append(T(name=name, partitions=parts))
-        return _response(OFFSET_FETCH, req, error_code=0, topics=topics)
+        return response(ApiKey.OFFSET_FETCH, req.api_version, error_code=E.NONE, topics=topics)
 
-    async def txn_offset_commit(self, req: Request, node: Node) -> Any:
+    async def txn_offset_commit(self, req: Request) -> Any:
         """TxnOffsetCommit: offsets written now, visible when the transaction's COMMIT marker lands here."""
         b = req.body
         shard, err = self._shard(b.group_id)
         if not err:
-            now = int(time.time() * 1000)
-            records = [go.OffsetCommitRecord(
-                key=go.OffsetKey(b.group_id, t.name, p.partition_index),
-                value=go.CommittedOffset(offset=p.committed_offset, metadata=p.committed_metadata or "",
-                                         leader_epoch=getattr(p, "committed_leader_epoch", -1), commit_ms=now),
-                producer_id=b.producer_id)
-                for t in b.topics for p in t.partitions]
-            err = await self._append(shard, offsets_log.encode_offsets(records)) if records else E.NONE
-        if err:
-            log.info("TxnOffsetCommit of group %r from %s: %s", b.group_id, req.client_id, err.name)
-        cls = codec.API_RANGES[TXN_OFFSET_COMMIT][3][req.api_version]
-        T = cls.TxnOffsetCommitResponseTopic
-        return _response(TXN_OFFSET_COMMIT, req, topics=[
-            T(name=t.name, partitions=[T.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                                           error_code=int(err))
-                                       for p in t.partitions]) for t in b.topics])
+            err = await self._commit(shard, _commit_records(b, producer_id=b.producer_id))
+        T = APIS[ApiKey.TXN_OFFSET_COMMIT].response[req.api_version].TxnOffsetCommitResponseTopic
+        return _commit_response(req, err, "TxnOffsetCommit", T, T.TxnOffsetCommitResponsePartition)

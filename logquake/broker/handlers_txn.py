@@ -23,69 +23,36 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.producer import (
-    AddOffsetsToTxnRequest,
-    AddOffsetsToTxnResponse,
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
-    EndTxnRequest,
-    EndTxnResponse,
-    WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
-)
+from kafka.protocol.producer import WriteTxnMarkersRequest
 
-from logquake.broker import codec, txn, txn_log
+from logquake.broker import txn, txn_log
+from logquake.broker.apis import APIS, ApiKey, response
 from logquake.broker.batches import control_batch
-from logquake.broker.handlers_groups import (
+from logquake.broker.coordination import (
     OFFSETS_TOPIC,
     TXN_STATE_TOPIC,
+    FoldedShard,
+    append_committed,
     coordinator_partition,
+    coordinator_replica,
     ensure_topic,
-    register_ranges,
 )
 from logquake.broker.kerrors import ErrorCode
-from logquake.broker.records import parse_batches
 
 if TYPE_CHECKING:
     from logquake.broker.codec import Request
     from logquake.broker.node import Node
 
-__all__ = ["install_txn_apis"]
+__all__ = ["TxnService"]
 
 log = logging.getLogger("logquake.broker.txn")
 
 E = ErrorCode
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 22, 24, 25, 26, 27
-API_SPECS: dict[int, tuple[int, int, Any, Any]] = {
-    ADD_PARTITIONS_TO_TXN: (0, 3, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
-    ADD_OFFSETS_TO_TXN: (0, 3, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
-    END_TXN: (0, 3, EndTxnRequest, EndTxnResponse),
-    WRITE_TXN_MARKERS: (1, 1, WriteTxnMarkersRequest, WriteTxnMarkersResponse),
-}
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-OPERATION_NOT_ATTEMPTED = 55
 TICK_S = 0.5
-
-
-def install_txn_apis(node: Node) -> None:
-    """Serve the transaction APIs on `node` (InitProducerId for transactional ids included)."""
-    service = TxnService(node)
-    register_ranges(API_SPECS)
-    node.api.register(INIT_PRODUCER_ID, service.init_producer_id)
-    node.api.register(ADD_PARTITIONS_TO_TXN, service.add_partitions_to_txn)
-    node.api.register(ADD_OFFSETS_TO_TXN, service.add_offsets_to_txn)
-    node.api.register(END_TXN, service.end_txn)
-    node.api.register(WRITE_TXN_MARKERS, service.write_txn_markers)
-    node.background.append(service._tick_loop)  # coordinators act without client traffic too
 
 
 def _wall_ms() -> int:
     return int(time.time() * 1000)  # replicated timestamps: a new coordinator compares with its own clock
-
-
-def _response(api_key: int, req: Request, **fields: Any) -> Any:
-    return codec.API_RANGES[api_key][3][req.api_version](throttle_time_ms=0, **fields)
 
 
 def _fenced_for(version: int, newest_without: int, error: ErrorCode) -> int:
@@ -95,32 +62,13 @@ def _fenced_for(version: int, newest_without: int, error: ErrorCode) -> int:
     return int(error)
 
 
-class _TxnShard:
+class _TxnShard(FoldedShard[txn.TxnCoordinatorState]):
     """This node as leader of one `__transaction_state` partition in one term."""
 
     def __init__(self, rep: Any) -> None:
-        self.rep = rep
-        self.term = rep.raft.term
-        self.state = txn.EMPTY
-        self.applied = 0
+        super().__init__(rep, txn.EMPTY, txn_log.apply_batch)
         self.lock = asyncio.Lock()
         self.marking: set[str] = set()  # transactional ids whose markers a task is writing
-
-    def catch_up(self) -> None:
-        st = self.rep.state
-        i = st.locate(self.applied)
-        while i < len(st.batches):
-            ref = st.batches[i]
-            data = self.rep.read(ref)
-            if not data:
-                break  # not readable here (yet): fold it on the next request
-            self.state = txn_log.apply_batch(self.state, data)
-            self.applied = ref.last_offset + 1
-            i += 1
-
-    @property
-    def current(self) -> bool:
-        return self.rep.is_ready_leader and self.rep.raft.term == self.term
 
 
 class TxnService:
@@ -134,18 +82,13 @@ class TxnService:
     # ---- coordinator shards ------------------------------------------------------------------
 
     def _shard(self, transactional_id: str) -> tuple[_TxnShard | None, ErrorCode]:
-        info = self.node.meta.state.topics.get(TXN_STATE_TOPIC)
-        if info is None:
-            ensure_topic(self.node, TXN_STATE_TOPIC)
-            return None, E.COORDINATOR_NOT_AVAILABLE
-        index = coordinator_partition(transactional_id)
-        rep = self.node.partitions.get(info.partitions[index].group_id)
-        if rep is None or not rep.is_ready_leader:
-            return None, E.NOT_COORDINATOR
+        index, rep, err = coordinator_replica(self.node, TXN_STATE_TOPIC, transactional_id)
+        if rep is None:
+            return None, err
         shard = self._lead(index, rep)
         shard.catch_up()
         if self._ticker is None:
-            self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+            self._ticker = asyncio.get_running_loop().create_task(self.tick_loop())
         return shard, E.NONE
 
     def _lead(self, index: int, rep: Any) -> _TxnShard:
@@ -181,7 +124,9 @@ class TxnService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _tick_loop(self) -> None:
+    async def tick_loop(self) -> None:
+        """Adopt led partitions, time out transactions; the node runs it from its start, since
+        coordinators act without client traffic too (else the first request starts it)."""
         self._ticker = asyncio.current_task()
         while True:
             await asyncio.sleep(TICK_S)
@@ -205,14 +150,8 @@ class TxnService:
 
     async def _append(self, shard: _TxnShard, meta: txn.TxnMetadata) -> ErrorCode:
         batch = txn_log.encode(meta, timestamp_ms=_wall_ms())
-        out = shard.rep.append(batch, parse_batches(batch), -1)
-        self.node.kick()
-        if isinstance(out, asyncio.Future):
-            try:
-                out = await asyncio.wait_for(out, 30)
-            except TimeoutError:
-                return E.NOT_COORDINATOR
-        if out.error_code:
+        out = await append_committed(self.node, shard.rep, batch)
+        if out is None or out.error_code:
             return E.NOT_COORDINATOR
         shard.catch_up()
         return E.NONE
@@ -292,16 +231,16 @@ class TxnService:
         for marker in resp.markers:
             for t in marker.topics:
                 for p in t.partitions:
-                    if p.error_code == 0:
+                    if p.error_code == E.NONE:
                         done.add(txn.TopicPartition(t.name, p.partition_index))
                     else:
                         log.info("marker for %s-%d on node %d: error %d", t.name, p.partition_index, leader,
                                  p.error_code)
         return done
 
-    async def write_txn_markers(self, req: Request, node: Node) -> Any:
+    async def write_txn_markers(self, req: Request) -> Any:
         """(Partition leader side) append each requested COMMIT/ABORT control batch, wait for commit."""
-        cls = codec.API_RANGES[WRITE_TXN_MARKERS][3][req.api_version]
+        cls = APIS[ApiKey.WRITE_TXN_MARKERS].response[req.api_version]
         R = cls.WritableTxnMarkerResult
         T = R.WritableTxnMarkerTopicResult
         results = []
@@ -313,32 +252,26 @@ class TxnService:
                     T.WritableTxnMarkerPartitionResult(partition_index=p, error_code=c)
                     for p, c in zip(t.partition_indexes, codes, strict=True)]))
             results.append(R(producer_id=m.producer_id, topics=topics))
-        return codec.API_RANGES[WRITE_TXN_MARKERS][3][req.api_version](markers=results)
+        return cls(markers=results)
 
     async def _write_marker(self, topic: str, partition: int, m: Any) -> int:
         info = self.node.meta.state.topics.get(topic)
         if info is None or partition >= len(info.partitions):
-            return UNKNOWN_TOPIC_OR_PARTITION
+            return E.UNKNOWN_TOPIC_OR_PARTITION
         rep = self.node.partitions.get(info.partitions[partition].group_id)
         if rep is None or not rep.is_ready_leader:
-            return NOT_LEADER_OR_FOLLOWER
+            return E.NOT_LEADER_OR_FOLLOWER
         entry = rep.spec_producers.get(m.producer_id)
         if entry is not None and m.producer_epoch < entry.epoch:
             return int(E.INVALID_PRODUCER_EPOCH)  # a marker from a coordinator that was fenced since
         batch = control_batch(commit=m.transaction_result, producer_id=m.producer_id, producer_epoch=m.producer_epoch,
                               coordinator_epoch=m.coordinator_epoch, timestamp_ms=_wall_ms())
-        out = rep.append(batch, parse_batches(batch), -1)
-        self.node.kick()
-        if isinstance(out, asyncio.Future):
-            try:
-                out = await asyncio.wait_for(out, 30)
-            except TimeoutError:
-                return 7  # REQUEST_TIMED_OUT
-        return out.error_code
+        out = await append_committed(self.node, rep, batch)
+        return E.REQUEST_TIMED_OUT if out is None else out.error_code
 
     # ---- client APIs ----------------------------------------------------------------------------
 
-    def init_producer_id(self, req: Request, node: Node) -> Any:
+    def init_producer_id(self, req: Request) -> Any:
         if req.body.transactional_id is None:
             return self.node.api.init_producer_id(req)  # idempotent producers: the front-end's
         return self._init_transactional(req)
@@ -363,7 +296,7 @@ class TxnService:
                     pid, epoch = (d.producer_id, d.producer_epoch) if not err else (-1, -1)
         if err:
             log.info("InitProducerId for %r from %s: %s", b.transactional_id, req.client_id, err.name)
-        return _response(INIT_PRODUCER_ID, req, error_code=_fenced_for(v, 3, err), producer_id=pid,
+        return response(ApiKey.INIT_PRODUCER_ID, req.api_version, error_code=_fenced_for(v, 3, err), producer_id=pid,
                          producer_epoch=epoch)
 
     async def _add(self, tid: str, pid: int, epoch: int, tps: list[txn.TopicPartition]) -> ErrorCode:
@@ -376,13 +309,13 @@ class TxnService:
                                    now_ms=_wall_ms())
             return await self._commit(shard, d)
 
-    async def add_partitions_to_txn(self, req: Request, node: Node) -> Any:
+    async def add_partitions_to_txn(self, req: Request) -> Any:
         b, v = req.body, req.api_version
         wanted = [txn.TopicPartition(t.name, p) for t in b.v3_and_below_topics for p in t.partitions]
         topics = self.node.meta.state.topics
         unknown = {tp for tp in wanted if tp.topic not in topics or tp.partition >= len(topics[tp.topic].partitions)}
         if unknown:
-            codes = {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else OPERATION_NOT_ATTEMPTED for tp in wanted}
+            codes = {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED for tp in wanted}
         else:
             err = await self._add(b.v3_and_below_transactional_id, b.v3_and_below_producer_id,
                                   b.v3_and_below_producer_epoch, wanted)
@@ -390,17 +323,17 @@ class TxnService:
                 log.info("AddPartitionsToTxn for %r from %s: %s", b.v3_and_below_transactional_id, req.client_id,
                          err.name)
             codes = dict.fromkeys(wanted, _fenced_for(v, 1, err))
-        cls = codec.API_RANGES[ADD_PARTITIONS_TO_TXN][3][v]
+        cls = APIS[ApiKey.ADD_PARTITIONS_TO_TXN].response[v]
         T = cls.AddPartitionsToTxnTopicResult
         by_topic: dict[str, list[Any]] = defaultdict(list)
         for tp, code in codes.items():
             by_topic[tp.topic].append(T.AddPartitionsToTxnPartitionResult(partition_index=tp.partition,
                                                                            partition_error_code=code))
-        return _response(ADD_PARTITIONS_TO_TXN, req, error_code=0, results_by_transaction=[],
+        return response(ApiKey.ADD_PARTITIONS_TO_TXN, req.api_version, error_code=E.NONE, results_by_transaction=[],
                          results_by_topic_v3_and_below=[T(name=t, results_by_partition=rs)
                                                         for t, rs in by_topic.items()])
 
-    async def add_offsets_to_txn(self, req: Request, node: Node) -> Any:
+    async def add_offsets_to_txn(self, req: Request) -> Any:
         b = req.body
         tp = txn.TopicPartition(OFFSETS_TOPIC, coordinator_partition(b.group_id))
         if OFFSETS_TOPIC not in self.node.meta.state.topics:
@@ -408,9 +341,9 @@ class TxnService:
             err = E.COORDINATOR_NOT_AVAILABLE
         else:
             err = await self._add(b.transactional_id, b.producer_id, b.producer_epoch, [tp])
-        return _response(ADD_OFFSETS_TO_TXN, req, error_code=_fenced_for(req.api_version, 1, err))
+        return response(ApiKey.ADD_OFFSETS_TO_TXN, req.api_version, error_code=_fenced_for(req.api_version, 1, err))
 
-    async def end_txn(self, req: Request, node: Node) -> Any:
+    async def end_txn(self, req: Request) -> Any:
         b = req.body
         shard, err = self._shard(b.transactional_id)
         if not err:
@@ -423,7 +356,7 @@ class TxnService:
         if err:
             log.info("EndTxn(%s) for %r from %s: %s", "commit" if b.committed else "abort", b.transactional_id,
                      req.client_id, err.name)
-        return _response(END_TXN, req, error_code=_fenced_for(req.api_version, 1, err), producer_id=-1,
+        return response(ApiKey.END_TXN, req.api_version, error_code=_fenced_for(req.api_version, 1, err), producer_id=-1,
                          producer_epoch=-1)
 
 

@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from logquake.broker.kerrors import ErrorCode
+
 __all__ = [
     "METADATA_GROUP",
     "MetadataState",
@@ -30,10 +32,7 @@ __all__ = [
 
 METADATA_GROUP = 0
 _TOPIC_NS = uuid.UUID("5c0c3f0e-7d8b-4b43-9a34-6c6f67717561")
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_TOPIC_EXCEPTION = 17
+E = ErrorCode
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,33 +89,33 @@ def apply_metadata(state: MetadataState, *, index: int, data: bytes) -> dict[str
     """Apply one committed metadata entry; returns its result ({"error_code": 0, ...})."""
     state.applied_index = index
     if not data:
-        return {"error_code": 0}
+        return {"error_code": E.NONE}
     try:
         op = json.loads(data)
     except ValueError:
-        return {"error_code": -1, "error": "undecodable metadata entry"}
+        return {"error_code": E.UNKNOWN_SERVER_ERROR, "error": "undecodable metadata entry"}
     if op.get("op") == "create_topic":
         return _create_topic(state, op)
     if op.get("op") == "alloc_producer_ids":
         first, count = state.next_producer_id, int(op["count"])
         state.next_producer_id += count
         state.producer_id_blocks[int(op["node"])] = (str(op["nonce"]), first, count)
-        return {"error_code": 0, "first": first, "count": count}
-    return {"error_code": -1, "error": f"unknown metadata op {op.get('op')!r}"}
+        return {"error_code": E.NONE, "first": first, "count": count}
+    return {"error_code": E.UNKNOWN_SERVER_ERROR, "error": f"unknown metadata op {op.get('op')!r}"}
 
 
 def _create_topic(state: MetadataState, op: dict[str, Any]) -> dict[str, Any]:
     name, n, rf = op["name"], int(op["partitions"]), int(op["replication_factor"])
     if name in state.topics:
-        return {"error_code": TOPIC_ALREADY_EXISTS, "error": f"topic {name!r} already exists"}
+        return {"error_code": E.TOPIC_ALREADY_EXISTS, "error": f"topic {name!r} already exists"}
     reason = validate_topic_name(name)
     if reason:
-        return {"error_code": INVALID_TOPIC_EXCEPTION, "error": reason}
+        return {"error_code": E.INVALID_TOPIC_EXCEPTION, "error": reason}
     if n < 1:
-        return {"error_code": INVALID_PARTITIONS, "error": f"partitions must be >= 1, got {n}"}
+        return {"error_code": E.INVALID_PARTITIONS, "error": f"partitions must be >= 1, got {n}"}
     nodes = sorted(state.node_ids)
     if not 1 <= rf <= len(nodes):
-        return {"error_code": INVALID_REPLICATION_FACTOR,
+        return {"error_code": E.INVALID_REPLICATION_FACTOR,
                 "error": f"replication factor must be in [1, {len(nodes)}], got {rf}"}
     parts = []
     for p in range(n):
@@ -128,4 +127,4 @@ def _create_topic(state: MetadataState, op: dict[str, Any]) -> dict[str, Any]:
         parts.append(info)
     state.next_replica_start = (state.next_replica_start + 1) % len(nodes)
     state.topics[name] = TopicInfo(name=name, topic_id=uuid.uuid5(_TOPIC_NS, name), partitions=tuple(parts))
-    return {"error_code": 0, "groups": [p.group_id for p in parts]}
+    return {"error_code": E.NONE, "groups": [p.group_id for p in parts]}

@@ -26,23 +26,19 @@ partitions it does not replicate.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import dataclasses
 import functools
-import importlib.util
 import json
 import logging
-import queue
 import random
-import re
-import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from logquake.broker.kerrors import ErrorCode
+from logquake.broker.logstats import log_stats
 from logquake.broker.metadata import (
     METADATA_GROUP,
     PartitionInfo,
@@ -64,6 +60,14 @@ from logquake.broker.server import KafkaServer
 from logquake.broker.storage_adapter import open_store
 from logquake.broker.transport import PeerTransport
 from logquake.broker.wire import encode_message_parts
+from logquake.broker.writer import (
+    INLINE_SYNCED_BYTES,
+    INLINE_WRITE_BYTES,
+    WriterThread,
+    Writes,
+    is_small,
+    write_and_sync,
+)
 
 __all__ = ["Node"]
 
@@ -72,6 +76,7 @@ log = logging.getLogger("logquake.broker.node")
 CH_RAFT, CH_FORWARD, CH_LEADERS = 0, 1, 2
 SERVE_DURING_WRITE_S = 0.002  # while a write runs: how often to apply new commits and send heartbeats
 META_NAME = "meta"
+E = ErrorCode
 PID_BLOCK = 1000
 
 
@@ -94,7 +99,6 @@ class Node:
                                    unclean_election=cfg.unsafe.get("election") == "unclean",
                                    max_append_bytes=1 << 20, max_inflight=8)
         self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node
-        self.background: list[Callable[[], Awaitable[None]]] = []  # API modules' loops, run with the node
         self.groups: dict[str, PartitionReplica | MetadataReplica] = {}
         self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
         self._stopped = asyncio.Event()
@@ -113,8 +117,7 @@ class Node:
         self.stats: dict[str, int] = defaultdict(int)  # logged every 5 s when non-zero
         self._meta_fast_start = True
         self._tasks: list[asyncio.Task[None]] = []
-        self._writer: _WriterThread | None = None  # the ready loop's writes and fsyncs
-        self.extra_handlers: dict[int, Any] = {}
+        self._writer: WriterThread | None = None  # the ready loop's writes and fsyncs
         me = cfg.me
         self.transport = PeerTransport(
             node_id=self.id, host=me.host, port=me.raft_port,
@@ -123,16 +126,8 @@ class Node:
         from logquake.broker.handlers import KafkaApi  # late: handlers import node types
 
         self.api = KafkaApi(self)
-        self._install_extensions()
         self.server = KafkaServer(self.api.handle, me.host, me.kafka_port, max_frame_bytes=cfg.max_frame_bytes)
         self.meta = self._open_metadata()
-
-    def _install_extensions(self) -> None:
-        """Issue #7's consumer-group APIs register themselves here when their module exists."""
-        if importlib.util.find_spec("logquake.broker.handlers_groups") is not None:
-            from logquake.broker.handlers_groups import install_group_apis
-
-            install_group_apis(self)
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -143,7 +138,7 @@ class Node:
         log.info("node %d serving Kafka on %s:%d, peers on %s:%d (fsync %s)", self.id, self.cfg.me.host,
                  self.cfg.me.kafka_port, self.cfg.me.host, self.cfg.me.raft_port, self.cfg.effective_fsync)
         self._tasks = [asyncio.create_task(c) for c in (self._ready_loop(), self._tick_loop(),
-                                                         self._gossip_loop(), *(f() for f in self.background))]
+                                                         self._gossip_loop(), self.api.txn.tick_loop())]
         self.kick()
         await self._stopped.wait()
         ready_task, others = self._tasks[0], self._tasks[1:]
@@ -373,15 +368,10 @@ class Node:
         for peer, ms in by_peer.items():
             self.transport.send(peer, CH_RAFT, encode_message_parts(ms))
 
-    def _start_persist(self, writes: list[tuple[Any, tuple[Any, ...], Any]]) -> asyncio.Future[None] | None:
+    def _start_persist(self, writes: Writes) -> asyncio.Future[None] | None:
         """Write the Readies' entries and hard states, then fsync per policy: inline when the
         entries are small (None: done already), else in one worker thread (started now, before
-        the caller applies anything).
-
-        Only the ready loop touches the logs, so the thread never races another writer; the
-        event loop keeps serving requests and stepping messages meanwhile. Writing in the
-        thread too matters: a write() to a file being fdatasync'ed waits for the sync, and
-        the CRCs and the write release the GIL, so the second core gets real work."""
+        the caller applies anything; writer.py says why the thread writes too)."""
         policy = self.cfg.effective_fsync
         to_sync: set[Any] = set()
         written = {w[0] for w in writes if w[1]}  # a commit-only hard state needs no fsync
@@ -394,23 +384,23 @@ class Node:
                 self._last_sync = now
                 to_sync, self._unsynced = self._unsynced, set()
         self.stats["fsyncs"] += len(to_sync)
-        if _small(writes, INLINE_SYNCED_BYTES if to_sync else INLINE_WRITE_BYTES):
+        if is_small(writes, INLINE_SYNCED_BYTES if to_sync else INLINE_WRITE_BYTES):
             # The hand-off to a thread and back (a queue put, a wake-up through the loop's
             # self-pipe, two context switches) costs more CPU than a small write and its
             # fdatasync (~50 us of CPU, ~120 us of wall here): inline, the default 5-node
-            # cluster did ~14% more ops/s (benchmarks/README.md, "Inline writes"). The loop
+            # cluster did ~14% more ops/s. The loop
             # waits for the fsync meanwhile: elections take 30 ticks of 50 ms, and big writes,
             # whose fsync takes longer, still go to the thread.
             # The appends already queued go out first: the followers write while we do.
             self.transport.flush()
-            _write_and_sync(writes, to_sync)
+            write_and_sync(writes, to_sync)
             self.stats["inline_turns"] += 1
             self.stats["inline_fsyncs"] += len(to_sync)
             return None
         t0 = time.monotonic()
         self.stats["persist_turns"] += 1
         if self._writer is None:
-            self._writer = _WriterThread(asyncio.get_running_loop(), f"lq-writer-{self.id}")
+            self._writer = WriterThread(asyncio.get_running_loop(), f"lq-writer-{self.id}")
         fut = self._writer.submit(writes, to_sync)
         fut.add_done_callback(lambda _: self._persist_stats(t0))
         return fut
@@ -462,7 +452,7 @@ class Node:
                 self.stats["peer_frames"] += self.transport.frames_sent
                 self.transport.frames_sent = 0
             if n % 5 == 0 and any(self.stats.values()):
-                log.info("stats: %s", dict(self.stats))
+                log_stats(log, self.stats)
                 self.stats.clear()
 
     # ---- services for the Kafka handlers ------------------------------------------------------
@@ -498,15 +488,15 @@ class Node:
         entry = create_topic_entry(name, partitions, replication_factor)
         while time.monotonic() < deadline:
             if name in self.meta.state.topics:
-                return 0, None
+                return E.NONE, None
             self.propose_metadata(entry)
             try:
                 await asyncio.wait_for(self._wait_topic(name), min(1.0, deadline - time.monotonic()))
             except TimeoutError:
                 continue
         if name in self.meta.state.topics:
-            return 0, None
-        return 7, "timed out waiting for the metadata group"  # REQUEST_TIMED_OUT
+            return E.NONE, None
+        return E.REQUEST_TIMED_OUT, "timed out waiting for the metadata group"
 
     async def _wait_topic(self, name: str) -> None:
         while name not in self.meta.state.topics:
@@ -541,33 +531,6 @@ class Node:
             await self.meta.wait_change()
 
 
-# A line of the node's counters in broker.log (the format process.py sets up): its time to the
-# second, and the dict logged every 5 s by _gossip_loop.
-_STATS_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ n\d+ INFO [\w.]+: stats: (\{.*\})$")
-
-
-def stats_lines(text: str) -> Iterator[tuple[str, dict[str, int]]]:
-    """(time "YYYY-MM-DD HH:MM:SS", counters) of each stats line in a broker.log's text."""
-    for line in text.splitlines():
-        if (m := _STATS_LINE.match(line)) is not None:
-            yield m.group(1), ast.literal_eval(m.group(2))
-
-
-INLINE_WRITE_BYTES = 64 << 10  # written inline when no fsync follows
-INLINE_SYNCED_BYTES = 8 << 10  # written and fsynced inline
-
-
-def _small(writes: list[tuple[Any, tuple[Any, ...], Any]], limit: int) -> bool:
-    """At most `limit` bytes of entries in all."""
-    size = 0
-    for _, entries, _ in writes:
-        for e in entries:
-            size += len(e.data)
-        if size > limit:
-            return False
-    return True
-
-
 def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -575,57 +538,3 @@ def _wake(fut: asyncio.Future[None]) -> None:
 
 def _wake_on(fut: asyncio.Future[None], _: Any) -> None:
     _wake(fut)
-
-
-class _WriterThread:
-    """One thread that runs the ready loop's `_write_and_sync` calls, one at a time, each
-    answered through an asyncio future.
-
-    Instead of the loop's default executor: run_in_executor's submit, work item, semaphore
-    and concurrent future chained to an asyncio one cost more than the rest of a write
-    turn's hand-off; here it is a SimpleQueue put and one call_soon_threadsafe back."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
-        self._loop = loop
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, writes: list[tuple[Any, tuple[Any, ...], Any]], to_sync: set[Any]) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = self._loop.create_future()
-        self._q.put((fut, writes, to_sync))
-        return fut
-
-    def close(self) -> None:
-        """Stop after the queued writes (the ready loop has none left when the node stops)."""
-        self._q.put(None)
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        while (item := self._q.get()) is not None:
-            fut, writes, to_sync = item
-            try:
-                _write_and_sync(writes, to_sync)
-            except BaseException as e:  # noqa: BLE001 - handed to the ready loop, which raises it
-                self._call(_fail, fut, e)
-            else:
-                self._call(_wake, fut)
-
-    def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody waits for this write any more
-            pass
-
-
-def _fail(fut: asyncio.Future[None], e: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(e)
-
-
-def _write_and_sync(writes: list[tuple[Any, tuple[Any, ...], Any]], to_sync: set[Any]) -> None:
-    for store, entries, hs in writes:
-        store.append(entries, hs)
-    for store in to_sync:
-        store.sync()
-

@@ -10,10 +10,12 @@ Entry payloads are one kind byte and a body:
     RECORDS  0x01 + record batches (v2, offsets already assigned)
     (empty)  the Raft leader's no-op at the start of its term: changes no offsets
 
-Room for issue #7, kept in `PartitionState` and dispatched by kind: idempotent producer
-windows (rebuilt here through producer_state.apply_batch: the last 5 batches per producer
-id), transaction markers (control batches are RECORDS too; open transactions, the aborted
-index and the LSO follow from them) and consumer-group offsets (a further kind).
+Besides offsets, `PartitionState` keeps what idempotence and transactions need, rebuilt from
+the same batches: the idempotent producer windows (producer_state.apply_batch: the last 5
+batches per producer id) and the transaction index (control batches are RECORDS too; open
+transactions, the aborted index and the LSO follow from them). Committed consumer-group
+offsets are records of `__consumer_offsets` partitions, folded by their coordinator
+(offsets_log.py), not here.
 """
 
 from __future__ import annotations
@@ -190,7 +192,7 @@ def _apply_records(state: PartitionState, index: int, body: memoryview) -> Apply
 
 
 def batch_info(body: bytes | memoryview, h: BatchHeader, base: int) -> BatchInfo:
-    """The #7 state machines' summary of a batch, from the header we already parsed."""
+    """A batch as the idempotence and transaction state machines see it, from its parsed header."""
     if h.is_control:  # the marker type lives in the record: let batches.py read it
         return BatchInfo.parse(body[h.start : h.start + h.length], base_offset=base)
     return BatchInfo(first_offset=base, record_count=h.last_offset_delta + 1, producer_id=h.producer_id,

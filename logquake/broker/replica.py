@@ -21,6 +21,7 @@ from typing import Any
 
 from logquake.broker import partition as pmod
 from logquake.broker import producer_state
+from logquake.broker.kerrors import ErrorCode
 from logquake.broker.metadata import MetadataState, PartitionInfo, apply_metadata
 from logquake.broker.raft import LEADER, Entry, RaftNode, Ready
 from logquake.broker.records import BatchHeader, batches_span, rewrite_batches
@@ -29,8 +30,7 @@ __all__ = ["AppendOutcome", "MetadataReplica", "PartitionReplica"]
 
 log = logging.getLogger("logquake.broker.replica")
 
-NONE = 0
-NOT_LEADER_OR_FOLLOWER = 6
+E = ErrorCode
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,13 +112,13 @@ class PartitionReplica(_GroupBase):
     def append(self, body: bytes, headers: list[BatchHeader], acks: int) -> AppendOutcome | asyncio.Future:
         """Assign offsets, propose; resolve now (acks=0) or later through the returned future."""
         if not self.is_ready_leader:
-            return AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER)
+            return AppendOutcome(error_code=E.NOT_LEADER_OR_FOLLOWER)
         base = self.next_offset
         # A bytearray made once and never mutated after: Raft, storage and fetch only read it.
         data = rewrite_batches(body, headers, base, self.raft.term, prefix=pmod.RECORDS_PREFIX)
         index = self.raft.propose(data)
         if index is None:
-            return AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER)
+            return AppendOutcome(error_code=E.NOT_LEADER_OR_FOLLOWER)
         self.on_input(self)
         self.next_offset = base + batches_span(headers)
         off = base
@@ -128,7 +128,7 @@ class PartitionReplica(_GroupBase):
                     self.spec_producers, pmod.batch_info(body, h, off))
             off += h.last_offset_delta + 1
         if acks == 0:
-            return AppendOutcome(error_code=NONE, base_offset=base)
+            return AppendOutcome(error_code=E.NONE, base_offset=base)
         fut: asyncio.Future[AppendOutcome] = asyncio.get_running_loop().create_future()
         w = _Waiter(index, self.raft.term, acks, base, fut)
         if acks == 1:
@@ -144,7 +144,7 @@ class PartitionReplica(_GroupBase):
         stable, keep = self.raft.stable_index, []
         for w in self._persist_waiters:
             if w.index <= stable and self.raft.term_at(w.index) == w.term:
-                _resolve(w.future, AppendOutcome(error_code=NONE, base_offset=w.base_offset))
+                _resolve(w.future, AppendOutcome(error_code=E.NONE, base_offset=w.base_offset))
             else:
                 keep.append(w)
         self._persist_waiters = keep
@@ -153,7 +153,7 @@ class PartitionReplica(_GroupBase):
         """Lost (or regained) leadership: pending requests can no longer be answered for sure."""
         self.leader_ready = False
         for w in list(self._waiters.values()) + self._persist_waiters:
-            _resolve(w.future, AppendOutcome(error_code=NOT_LEADER_OR_FOLLOWER))
+            _resolve(w.future, AppendOutcome(error_code=E.NOT_LEADER_OR_FOLLOWER))
         self._waiters.clear()
         self._persist_waiters = []
 
@@ -177,7 +177,7 @@ class PartitionReplica(_GroupBase):
         w = self._waiters.pop(e.index, None)
         if w is not None:
             ok = w.term == e.term
-            _resolve(w.future, AppendOutcome(error_code=NONE if ok else NOT_LEADER_OR_FOLLOWER,
+            _resolve(w.future, AppendOutcome(error_code=E.NONE if ok else E.NOT_LEADER_OR_FOLLOWER,
                                              base_offset=res.base_offset if ok and res.base_offset is not None
                                              else -1))
         r = self.raft

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -12,9 +13,8 @@ from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logquake.broker import responses
+from logquake.broker.apis import APIS, ApiKey, version_entries
 from logquake.broker.codec import (
-    API_RANGES,
-    ApiKey,
     BadRequest,
     FrameError,
     Request,
@@ -54,7 +54,7 @@ def test_too_new_api_versions_gets_v0_error_listing_ranges() -> None:
     resp = ApiVersionsResponse.decode(bad.reply[4:], version=3, header=True)
     assert resp.error_code == 35 and resp.header.correlation_id == 99
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert ranges == {k: (lo, hi) for k, (lo, hi, _, _) in API_RANGES.items()}
+    assert ranges == {k: (lo, hi) for k, lo, hi in version_entries()}
     assert ranges[3] == (0, 12) and ranges[0] == (3, 9) and ranges[1] == (4, 12)
 
 
@@ -91,8 +91,8 @@ def test_fuzzed_frames_never_crash_the_decoder(chunks: list[bytes], framing: int
         if framing == 1 and len(c) >= 8:
             c = struct.pack(">i", len(c)) + c  # well framed, random content
         elif framing == 2 and len(c) >= 8:  # a real header with random body
-            key = sorted(API_RANGES)[c[0] % len(API_RANGES)]
-            lo, hi = API_RANGES[key][:2]
+            key = sorted(APIS)[c[0] % len(APIS)]
+            lo, hi = APIS[key].min_version, APIS[key].max_version
             c = struct.pack(">hhi", key, lo + c[1] % (hi - lo + 1), 1) + c[8:]
             c = struct.pack(">i", len(c)) + c
         try:
@@ -134,6 +134,11 @@ def test_produce_request_with_records_decodes() -> None:
     assert parse_batches(r.body.topic_data[0].partition_data[0].records)[0].record_count == 2
 
 
+def _range_and_response(key: int) -> tuple[int, int, Any]:
+    api = APIS[key]
+    return api.min_version, api.max_version, api.response
+
+
 _names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 _i16, _i32, _i64 = st.integers(-(2**15), 2**15 - 1), st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1)
 
@@ -141,7 +146,7 @@ _i16, _i32, _i64 = st.integers(-(2**15), 2**15 - 1), st.integers(-(2**31), 2**31
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_hand_written_produce_response_is_kafka_pythons_bytes(data) -> None:
-    lo, hi, _, resp = API_RANGES[ApiKey.PRODUCE]
+    lo, hi, resp = _range_and_response(ApiKey.PRODUCE)
     v = data.draw(st.integers(lo, hi))
     parts = data.draw(st.lists(st.tuples(st.sampled_from(["a", "tópico", "x" * 200]), _i32, _i16, _i64), max_size=4))
     corr = data.draw(_i32)
@@ -166,7 +171,7 @@ _fetch_parts = st.lists(st.tuples(
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_hand_written_fetch_response_is_kafka_pythons_bytes(data) -> None:
-    lo, hi, _, resp = API_RANGES[ApiKey.FETCH]
+    lo, hi, resp = _range_and_response(ApiKey.FETCH)
     v = data.draw(st.integers(lo, hi))
     topics = data.draw(st.lists(st.tuples(_names, _fetch_parts), max_size=3))
     corr = data.draw(_i32)
@@ -188,7 +193,7 @@ _meta_parts = st.lists(st.tuples(_i16, _i32, _i32, _i32, _int32_lists, _int32_li
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_hand_written_metadata_response_is_kafka_pythons_bytes(data) -> None:
-    lo, hi, _, resp = API_RANGES[ApiKey.METADATA]
+    lo, hi, resp = _range_and_response(ApiKey.METADATA)
     v = data.draw(st.integers(lo, hi))
     brokers = data.draw(st.lists(st.tuples(_i32, _names, _i32, st.none() | _names), max_size=4))
     topics = data.draw(st.lists(st.tuples(

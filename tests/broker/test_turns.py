@@ -13,7 +13,7 @@ import time
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logquake.broker import LocalCluster
-from logquake.broker.node import stats_lines
+from logquake.broker.logstats import stats_lines
 
 
 def test_writes_are_answered_between_ticks(tmp_path) -> None:

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from logquake.broker import LocalCluster
-from logquake.broker.handlers_groups import TXN_STATE_TOPIC, coordinator_partition
+from logquake.broker.coordination import TXN_STATE_TOPIC, coordinator_partition
 from logquake.broker.localcluster import kafka_request
 from tests.broker.clients import confluent_produce
 
@@ -25,8 +25,7 @@ def tcluster(tmp_path_factory):
     with c:
         c.wait_ready(timeout=60)
         keys = {k.api_key for k in kafka_request(*c.address(1), ApiVersionsRequest[0]()).api_keys}
-        if END_TXN not in keys:
-            pytest.skip("the broker does not serve the transaction APIs yet (install_group_apis hook in node.py)")
+        assert END_TXN in keys, "ApiVersions does not list the transaction APIs"
         yield c
 
 

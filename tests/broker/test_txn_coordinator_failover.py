@@ -1,7 +1,7 @@
 """A new transaction coordinator acts without client traffic: an open transaction whose
 producer died is timed out and aborted by the coordinator that took over after its old
 coordinator was killed, so read_committed readers see past it (Kafka loads a coordinator
-partition on election; ours used to wait for a request of that transactional id)."""
+partition on election, rather than waiting for a request of that transactional id)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import textwrap
 from confluent_kafka import Producer
 
 from logquake.broker import LocalCluster
-from logquake.broker.handlers_groups import TXN_STATE_TOPIC, coordinator_partition
+from logquake.broker.coordination import TXN_STATE_TOPIC, coordinator_partition
 from tests.broker.test_txn_clients import read_all
 
 TID = "orphan-txn"

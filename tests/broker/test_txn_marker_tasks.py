@@ -1,12 +1,12 @@
 """The coordinator's marker task ends only the transaction it was made for.
 
-Seen in an e2e run (subscribe + txn under partitions, at-least-once): a deliberately aborted
-transaction's record became visible to read_committed readers (G1a). A marker task can run
-late: one `_resume` spawns on a coordinator tick, or one left from an earlier shard. When its
-own transaction had ended meanwhile and the client had begun and prepared the next one under
-the same producer epoch, the task used to write its old markers and then complete that next
-transaction, whose own markers were never written. Its records stayed in an open transaction
-that the producer's next COMMIT marker then closed as committed.
+A marker task can run late: one `_resume` spawns on a coordinator tick, or one left from an
+earlier shard. By then its own transaction may have ended and the client may have begun and
+prepared the next one under the same producer epoch. Were the task to write its old markers
+and then complete that next transaction, whose own markers were never written, the next
+transaction's records would stay open until the producer's next COMMIT marker closed them as
+committed: a deliberately aborted record visible to read_committed readers (G1a, as an e2e
+run of subscribe + txn under partitions, at-least-once, showed).
 
 These drive `TxnService._write_markers` itself; only the network (which broker leads what, the
 WriteTxnMarkers calls) and the Raft append are stood in for.

@@ -11,12 +11,24 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from logquake.broker.codec import API_RANGES, ApiKey
+from logquake.broker.apis import APIS, ApiKey
 from logquake.broker.localcluster import kafka_request
+
+# DESIGN.md §3's ranges, plus OffsetForLeaderEpoch (23, for kafka-python consumers after a
+# leader change) and WriteTxnMarkers (27, between brokers).
+ADVERTISED = {
+    0: (3, 9), 1: (4, 12), 2: (1, 7), 3: (0, 12), 8: (2, 8), 9: (1, 7), 10: (0, 4), 11: (0, 7), 12: (0, 4),
+    13: (0, 4), 14: (0, 5), 18: (0, 3), 19: (2, 5), 22: (0, 4), 23: (2, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3),
+    27: (1, 1), 28: (0, 3),
+}
+
+
+def test_the_api_table_is_the_advertised_one() -> None:
+    assert {k: (a.min_version, a.max_version) for k, a in APIS.items()} == ADVERTISED
 
 
 def _versions(key: int) -> list[int]:
-    lo, hi = API_RANGES[key][:2]
+    lo, hi = APIS[key].min_version, APIS[key].max_version
     return list(range(lo, hi + 1))
 
 
@@ -41,7 +53,7 @@ def test_api_versions(cluster, v) -> None:
     kw = {"client_software_name": "t", "client_software_version": "1"} if v >= 3 else {}
     resp = kafka_request(*cluster.address(1), R(**kw))
     assert resp.error_code == 0
-    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}[3] == (0, 12)
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == ADVERTISED
 
 
 @pytest.mark.parametrize("v", _versions(ApiKey.METADATA))

@@ -49,7 +49,7 @@ import threading
 import time
 from pathlib import Path
 
-from logquake.broker.node import stats_lines
+from logquake.broker.logstats import stats_lines
 from logquake.config import TestConfig, resolve_config
 from logquake.history import HistoryWriter, load_history
 from logquake.runner import MAIN, Crew, Pacer, Recorder, Stats

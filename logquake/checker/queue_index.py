@@ -82,6 +82,11 @@ class Txn:
         return self.type != FAIL
 
 
+def txn_name(t: Txn) -> str:
+    """How examples name an op: its index, type, f and process."""
+    return f"op {t.op.index} ({t.type} {t.op.f} by process {t.process})"
+
+
 def key_of(k: Any) -> Any:
     """Poll results key by decimal strings (JSON object keys), sends by integers."""
     if type(k) is str:

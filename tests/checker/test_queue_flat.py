@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from logquake.checker import CheckOptions, check_history, cycles, queue, queue_flat
+from logquake.checker import CheckOptions, check_history, cycles, queue_flat, queue_lost, queue_process
 from logquake.checker.generate import BUGS, SimConfig, simulate
 from logquake.checker.queue_index import QueueIndex, _gather, build_index
 from logquake.history import Op
@@ -230,14 +230,14 @@ def test_send_order_and_unseen_from_arrays_match_the_loops(bug: str) -> None:
     ops = ops[: len(ops) * 2 // 3]  # cut off: the ops in flight become info ops, sends without offsets
     ix = build_index(ops)
     assert ix.groups is not None and ix.groups.bare_sends
-    fast = queue._send_order_arrays(ix)
-    assert fast == queue._send_order(ix)
+    fast = queue_process._send_order_arrays(ix)
+    assert fast == queue_process._send_order(ix)
     if bug in ("swap", "reuse-offset"):  # by the arrays; by the KeyOrder (an offset holds two values)
         assert fast
     assert ix.groups.ok_sends_placed
-    fast_unseen = queue.unseen_analysis(ix)
+    fast_unseen = queue_lost.unseen_analysis(ix)
     groups, ix.groups = ix.groups, None
-    assert fast_unseen == queue.unseen_analysis(ix)
+    assert fast_unseen == queue_lost.unseen_analysis(ix)
     ix.groups = groups
 
 

@@ -1,6 +1,6 @@
 """The queue analysis: Jepsen's Kafka checker (jepsen.tests.kafka), for logquake histories.
 
-`check_history(ops, opts)` indexes the history once (queue_index.py), then runs one
+`check_history(ops, opts)` indexes the history once (queue_build.py), then runs one
 `*_cases(ix, opts)` function per anomaly family, each in a module of its own
 (queue_duplicates, queue_lost, queue_reads, queue_internal, queue_process); each returns
 examples (dicts naming the ops involved by index, process and time). Cycle anomalies
@@ -27,11 +27,11 @@ from typing import Any
 
 from logquake.checker.cycles import cycle_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
+from logquake.checker.queue_build import build_index
 from logquake.checker.queue_causes import info_causes
 from logquake.checker.queue_duplicates import duplicate_cases, inconsistent_offset_cases
-from logquake.checker.queue_index import build_index
 from logquake.checker.queue_internal import int_poll_cases, int_send_cases
-from logquake.checker.queue_lag import worst_realtime_lag
+from logquake.checker.queue_lag import realtime_lag
 from logquake.checker.queue_lost import lost_write_cases, unseen_analysis
 from logquake.checker.queue_process import process_order_cases
 from logquake.checker.queue_reads import g1a_cases, precommitted_read_cases
@@ -73,8 +73,10 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
         timed_out = cyc.timed_out
         found.update({t: e for t, e in cyc.cases.items() if e})
         counts.update({t: n for t, n in cyc.counts.items() if n})
+    lag = run_safely("realtime-lag", lambda: realtime_lag(ix), errors)
     info = {
-        "worst_realtime_lag": run_safely("realtime-lag", lambda: worst_realtime_lag(ix), errors),
+        "worst_realtime_lag": lag["worst"] if lag else None,
+        "realtime_lag_over_time": lag["over_time"] if lag else [],
         "unseen_over_time": unseen["over_time"] if unseen else [],
         "info_txn_causes": run_safely("info-causes", lambda: info_causes(ix), errors),
         "cycle_search": cyc.stats if cyc is not None else None,

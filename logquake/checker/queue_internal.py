@@ -9,7 +9,6 @@ import numpy as np
 
 from logquake.checker.options import CheckOptions
 from logquake.checker.queue_index import (
-    CONTIGUOUS,
     QueueIndex,
     Txn,
     key_of,
@@ -68,20 +67,12 @@ def _ragged_reads(ix: QueueIndex) -> Iterator[tuple[Txn, Any, list]]:
     """(op, key, pairs) of each read of a key of two pairs or more that is not one
     contiguous run of the key's log, in op order then in the op's key order."""
     g = ix.groups
-    if g is not None:  # the numpy index: one array expression
-        txns, keys = ix.txns, g.keys
-        sel = np.flatnonzero(~g.contiguous & (g.length >= 2))
-        for tid, kno in zip(g.tid[sel].tolist(), g.key[sel].tolist(), strict=True):
-            t = txns[tid]
-            k = keys[kno]
-            yield t, k, t.reads[k]
-        return
-    for t in ix.txns:
-        if not t.reads:
-            continue
-        for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
-            if not pos[CONTIGUOUS] and len(pairs) >= 2:
-                yield t, k, pairs
+    txns, keys = ix.txns, g.keys
+    sel = np.flatnonzero(~g.contiguous & (g.length >= 2))
+    for tid, kno in zip(g.tid[sel].tolist(), g.key[sel].tolist(), strict=True):
+        t = txns[tid]
+        k = keys[kno]
+        yield t, k, t.reads[k]
 
 
 def int_send_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:

@@ -3,106 +3,30 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
 from logquake.checker.queue_index import (
     QueueIndex,
-    Txn,
     key_of,
     txn_columns,
 )
-from logquake.history import FAIL, OK, Op
+from logquake.history import OK
+
+LAG_POINTS = 200  # points of the lag series in results.json (the report plots them)
 
 
-def worst_realtime_lag(ix: QueueIndex) -> dict[str, Any]:
-    """The poll furthest behind the log, as Jepsen measures it (a lower bound).
+def realtime_lag(ix: QueueIndex) -> dict[str, Any]:
+    """The poll furthest behind the log, as Jepsen measures it (a lower bound), and the
+    peak lag of every run over time: {"worst": {time, lag, process, key}, "over_time":
+    [{time, lag}]} (seconds; at most LAG_POINTS points, the worst of each stretch).
 
     expired[k][i] is when offset i-1 of key k was known to be no longer the tail (some op
     had sent or polled a later offset). A poll at time t whose process has read key k up
     to offset o lags by t - expired[k][o+1]. For each process and key the lag only grows
     while its offset stays put, so it is evaluated once per run of one offset, at the last
     poll of that run. Ties go to the run closed first.
-    """
-    if ix.groups is not None:
-        return _realtime_lag_arrays(ix)
-    expired: defaultdict[Any, list[int]] = defaultdict(list)
-    for t in ix.txns:
-        if t.type == FAIL:
-            continue
-        # Reads and sends one after the other: extending to each is extending to their max.
-        for k, o in t.max_read.items():
-            lst = expired[k]
-            if len(lst) <= o:
-                lst.extend([t.op.time] * (o + 1 - len(lst)))
-        for k, _, o in t.sends:
-            if o is not None and o >= 0:
-                lst = expired[k]
-                if len(lst) <= o:
-                    lst.extend([t.op.time] * (o + 1 - len(lst)))
-    best = [0, 0, None, None]  # lag ns, poll time ns, process, key
-    state: dict[Any, dict] = {}  # process -> key -> (offset, seq of the run's first poll)
-    seq: dict[Any, int] = {}  # process -> polls so far
-    last_poll: dict[Any, int] = {}  # process -> invoke time of its latest poll
-
-    def close(p: Any, k: Any, o: int, first: int, upto: int) -> None:
-        """A run of offset o ends; its lag peaked at poll `upto` (if the run had polls)."""
-        if upto < first:
-            return
-        lst = expired.get(k, ())
-        if o + 1 < len(lst):
-            t = last_poll[p]
-            lag = t - lst[o + 1]
-            if lag > best[0]:
-                best[:] = [lag, t, p, k]
-
-    for ev in ix.events:
-        if isinstance(ev, Op):
-            if ev.type != OK:
-                continue
-            p = ev.process
-            runs = state.setdefault(p, {})
-            keep = {key_of(k) for k in (ev.value or ())} if ev.f == "assign" else set()
-            done = seq.get(p, 0)
-            for k in list(runs):
-                if k not in keep:
-                    o, first = runs.pop(k)
-                    close(p, k, o, first, done)
-            for k in keep:
-                runs.setdefault(k, (-1, done + 1))
-            continue
-        t: Txn = ev
-        if t.type != OK or t.op.f == "send":
-            continue
-        p = t.process
-        runs = state.get(p)
-        if runs is None:
-            state[p] = runs = {}
-        s = seq[p] = seq.get(p, 0) + 1
-        for k, o in _max_offsets(t).items():
-            run = runs.get(k)
-            if run is None:
-                runs[k] = (o, s)
-            elif o > run[0]:
-                if s - 1 >= run[1]:  # close(p, k, *run, s - 1), inlined: the hot path
-                    lst = expired.get(k, ())
-                    if run[0] + 1 < len(lst):
-                        lag = last_poll[p] - lst[run[0] + 1]
-                        if lag > best[0]:
-                            best[:] = [lag, last_poll[p], p, k]
-                runs[k] = (o, s)
-        last_poll[p] = t.inv_time
-    for p, runs in state.items():
-        for k, (o, first) in runs.items():
-            close(p, k, o, first, seq.get(p, 0))
-    lag, t, p, k = best
-    return {"time": t / 1e9, "lag": lag / 1e9, "process": p, "key": k}
-
-
-def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
-    """worst_realtime_lag on the numpy index: the same runs, closed in the same order.
 
     Each ok poll or txn is a step of its process (seq 1, 2, ...); per (process, key) the
     highest offset it read or sent at a step, `mo`, forms runs of the running maximum,
@@ -110,8 +34,9 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     an assign/subscribe drops the key, or at the end. Between two assign/subscribe ops of
     a process (an epoch) nothing resets a run, so the closes inside such a block are
     array operations; only each block's first step and the assign/subscribe ops are
-    walked in Python. Every close is kept with where the loop of worst_realtime_lag
-    would have made it, so equal lags pick the same one.
+    walked in Python. Every close is kept with where a walk over the events in history
+    order would have made it (tests/checker/oracles.py is that walk), so equal lags pick
+    the same one.
     """
     g = ix.groups
     txns = ix.txns
@@ -357,7 +282,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     cQ = np.concatenate((run_max[j - 1] + 1, np.asarray([c[3] for c in cands], dtype=i64)))
     del P, S, K, Of, run_max
     good = (cQ <= max_off[cK]) & (cS >= 1)
-    none = {"time": 0.0, "lag": 0.0, "process": None, "key": None}
+    none = {"worst": {"time": 0.0, "lag": 0.0, "process": None, "key": None}, "over_time": []}
     if not good.any():
         return none
     cP, cS, cK, cQ = cP[good], cS[good], cK[good], cQ[good]
@@ -368,6 +293,7 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
     best = int(lag.max())
     if best <= 0:
         return none
+    over_time = _peaks(t_poll, lag)
     ties = np.flatnonzero(lag == best)
 
     def close_order(c: int) -> tuple:
@@ -379,20 +305,28 @@ def _realtime_lag_arrays(ix: QueueIndex) -> dict[str, Any]:
 
     c = min(ties.tolist(), key=close_order)
     tp = int(poll_at[start[cP[c]] + cS[c] - 1])
-    return {
+    worst = {
         "time": int(t_poll[c]) / 1e9,
         "lag": best / 1e9,
         "process": txns[tp].process,
         "key": keys[int(cK[c])],
     }
+    return {"worst": worst, "over_time": over_time}
 
 
-def _max_offsets(t: Txn) -> dict[Any, int]:
-    """Highest known offset per key that t read or sent (not to be modified)."""
-    if not t.sends:
-        return t.max_read
-    out = dict(t.max_read)
-    for k, _, o in t.sends:
-        if o is not None and o > out.get(k, -1):
-            out[k] = o
-    return out
+def _peaks(t_poll: np.ndarray, lag: np.ndarray) -> list[dict[str, float]]:
+    """Each run's peak lag (> 0) at the poll where it peaked, in time (then lag) order; when there are
+    more than LAG_POINTS, the worst of each of LAG_POINTS equal stretches of them."""
+    pos = lag > 0
+    t, y = t_poll[pos], lag[pos]
+    order = np.lexsort((y, t))
+    t, y = t[order], y[order]
+    if len(t) > LAG_POINTS:
+        bounds = np.arange(LAG_POINTS) * len(t) // LAG_POINTS
+        at = bounds + np.fromiter(
+            (np.argmax(y[a:b]) for a, b in zip(bounds.tolist(), [*bounds[1:].tolist(), len(t)], strict=True)),
+            dtype=np.int64,
+            count=LAG_POINTS,
+        )
+        t, y = t[at], y[at]
+    return [{"time": a / 1e9, "lag": b / 1e9} for a, b in zip(t.tolist(), y.tolist(), strict=True)]

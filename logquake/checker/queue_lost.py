@@ -13,7 +13,6 @@ from logquake.checker.queue_index import (
     txn_name,
 )
 from logquake.checker.result import op_ref
-from logquake.history import OK
 
 UNSEEN_VALUES_CAP = 32
 UNSEEN_POINTS = 200
@@ -75,56 +74,24 @@ def unseen_analysis(ix: QueueIndex) -> dict[str, Any]:
 
     A value is unseen from the first ok op that sent it until the first ok op that
     polled it, unless that poll came first; the index knows each value's first ok
-    reader, so only the sends are walked here, never the reads.
-    """
-    if ix.groups is not None and ix.groups.ok_sends_placed:
-        return _unseen_arrays(ix)
-    first_read = ix.reads_ok
-    delta: dict[int, int] = {}  # op id -> change of the unseen count there
-    unseen: dict[Any, list] = {}
-    done: dict[Any, set] = {}  # key -> values already counted
-    nobody: dict = {}
-    for t in ix.txns:
-        if t.type != OK or not t.sends:
-            continue
-        tid = t.id
-        for k, v, _ in t.sends:
-            dk = done.get(k)
-            if dk is None:
-                done[k] = dk = set()
-            elif v in dk:
-                continue
-            dk.add(v)
-            r = first_read.get(k, nobody).get(v)
-            if r is None:
-                unseen.setdefault(k, []).append(v)
-            elif r < tid:
-                continue  # polled before it was acknowledged: never unseen
-            else:
-                delta[r] = delta.get(r, 0) - 1
-            delta[tid] = delta.get(tid, 0) + 1
-    total = 0
-    points: list[tuple[int, int]] = []
-    for tid in sorted(delta):
-        if delta[tid]:
-            total += delta[tid]
-            points.append((ix.txns[tid].op.time, total))
-    return _unseen_result(unseen, total, points)
-
-
-def _unseen_arrays(ix: QueueIndex) -> dict[str, Any]:
-    """unseen_analysis from the numpy index's per-key sends and first readers.
-
-    Per key, each value's first ok send (sends are kept in op order), looked up among the
-    values ok ops read (sorted); the count changes +1 at that send and -1 at the first
-    read, unless the read came first.
+    reader, so only the sends are looked at here, never the reads. Per key, each value's
+    first ok send (with or without an offset) is looked up among the values ok ops read
+    (sorted); the count changes +1 at that send and -1 at the first read, unless the read
+    came first.
     """
     g = ix.groups
     cols = txn_columns(ix)
     n = len(ix.txns)
     unseen: dict[Any, list] = {}
     plus, minus = [], []
-    for k, (_, vals, tids, _) in g.sends.items():
+    empty = np.zeros(0, dtype=np.int64)
+    for k in g.sends.keys() | g.bare_sends.keys():
+        _, vals, tids, ranks = g.sends.get(k, (empty, empty, empty, empty))
+        bare = g.bare_sends.get(k)
+        if bare is not None:  # in op order, then the op's order of sends
+            vals, tids, ranks = (np.concatenate(x) for x in zip((vals, tids, ranks), bare, strict=True))
+            order = np.lexsort((ranks, tids))
+            vals, tids = vals[order], tids[order]
         m = cols.ok[tids]
         if not m.any():
             continue

@@ -9,8 +9,6 @@ import numpy as np
 
 from logquake.checker.options import CheckOptions
 from logquake.checker.queue_index import (
-    FIRST,
-    LAST,
     QueueIndex,
     Txn,
     key_of,
@@ -19,7 +17,7 @@ from logquake.checker.queue_index import (
 )
 from logquake.checker.queue_internal import classify_step
 from logquake.checker.result import op_ref
-from logquake.history import FAIL, OK, Op
+from logquake.history import Op
 
 
 def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
@@ -33,55 +31,12 @@ def process_order_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     """
     skips: list = []
     nm_polls: list = []
-    if ix.groups is not None:
-        _poll_order_arrays(ix, skips, nm_polls)
-    else:
-        _poll_order(ix, skips, nm_polls)
-    nm_sends = _send_order_arrays(ix) if ix.groups is not None and ix.groups.bare_sends is not None else None
-    if nm_sends is None:
-        nm_sends = _send_order(ix)
+    _poll_order(ix, skips, nm_polls)
+    nm_sends = _send_order(ix)
     skips.sort(key=lambda e: -e["delta"])
     nm_polls.sort(key=lambda e: e["delta"])
     nm_sends.sort(key=lambda e: e["delta"])
     return {"poll-skip": skips, "nonmonotonic-poll": nm_polls, "nonmonotonic-send": nm_sends}
-
-
-def _poll_order(ix: QueueIndex, skips: list, nm_polls: list) -> None:
-    """Polls, op by op through Txn.pos (the general index)."""
-    last_reads: dict[Any, dict] = {}
-    orders = ix.orders
-    for ev in ix.events:
-        if isinstance(ev, Op):  # assign / subscribe
-            lr = last_reads.get(ev.process)
-            if lr:
-                keep = set() if ev.get("seek_to_beginning") else {key_of(k) for k in (ev.value or ())}
-                last_reads[ev.process] = {k: x for k, x in lr.items() if k in keep}
-            continue
-        t: Txn = ev
-        if not t.reads:
-            continue
-        p = t.process
-        lr = last_reads.setdefault(p, {})
-        ok = t.type == OK
-        for (k, pairs), pos in zip(t.reads.items(), t.pos, strict=True):
-            prev = lr.get(k)
-            if prev is not None:
-                i0 = pos[FIRST]
-                if i0 is None:
-                    first = _first_index(orders[k], pairs)
-                else:  # the value is looked up only for an anomaly: the pairs are cold memory
-                    first = (i0, None) if i0 - prev[0] == 1 else (i0, pairs[0][1])
-                if first is not None and first[0] - prev[0] != 1:
-                    v0 = prev[1] if prev[3] is None else prev[3][-1][1]
-                    _poll_step(ix, prev[2], t, k, prev[0], first[0], v0, first[1], skips, nm_polls)
-            if ok:
-                i1 = pos[LAST]
-                if i1 is not None:  # (index, value, op, pairs whose last holds the value)
-                    lr[k] = (i1, None, t, pairs)
-                else:
-                    last = _last_index(orders[k], pairs)
-                    if last is not None:
-                        lr[k] = (last[0], last[1], t, None)
 
 
 def _poll_step(
@@ -93,8 +48,8 @@ def _poll_step(
     (skips if kind == "skip" else nm_polls).append(e)
 
 
-def _poll_order_arrays(ix: QueueIndex, skips: list, nm_polls: list) -> None:
-    """_poll_order on the numpy index, as segment operations over the read groups.
+def _poll_order(ix: QueueIndex, skips: list, nm_polls: list) -> None:
+    """Polls, as segment operations over the read groups.
 
     Sorted by (process, key) with op order kept, each group's predecessor is the last
     earlier group of its segment that an ok op made (only ok polls move a position). Only
@@ -165,9 +120,8 @@ def _dropped(subs: tuple[list[int], list[Op]] | None, a: int, b: int, k: Any) ->
     return False
 
 
-def _send_order_arrays(ix: QueueIndex) -> list:
-    """_send_order on the numpy index: every send of an ok or info op placed per key as
-    arrays (by offset when its op committed, else by value), then per (process, key) in
+def _send_order(ix: QueueIndex) -> list:
+    """nonmonotonic-send: every send of an ok or info op placed per key as arrays (by offset when its op committed, else by value), then per (process, key) in
     op order each op's first send to the key against the last placed send before it."""
     g = ix.groups
     cols = txn_columns(ix)
@@ -241,49 +195,6 @@ def _send_order_arrays(ix: QueueIndex) -> list:
         e["explanation"] = _proc_words(b.process, a, b, k, v0, v1, "nonmonotonic", "sent")
         out.append(e)
     return out
-
-
-def _send_order(ix: QueueIndex) -> list:
-    """nonmonotonic-send: the first value an ok/info op sends to a key vs the process's last."""
-    nm_sends = []
-    last_sends: dict[Any, dict] = {}
-    orders = ix.orders
-    for t in ix.txns:
-        if not t.sends or t.type == FAIL:
-            continue
-        p = t.process
-        ls = last_sends.setdefault(p, {})
-        seen: set = set()
-        for k, v, o in t.sends:
-            ko = orders.get(k)
-            i = ko.index(o if t.committed else None, v) if ko is not None else None
-            if k not in seen:
-                seen.add(k)
-                prev = ls.get(k)
-                if prev is not None and i is not None and i - prev[0] < 1:
-                    _, e = classify_step(ko, prev[0], i, prev[1], v, k)
-                    e["ops"] = [op_ref(prev[2].op), op_ref(t.op)]
-                    e["explanation"] = _proc_words(p, prev[2], t, k, prev[1], v, "nonmonotonic", "sent")
-                    nm_sends.append(e)
-            if i is not None:
-                ls[k] = (i, v, t)
-    return nm_sends
-
-
-def _first_index(ko, pairs) -> tuple | None:
-    for o, v in pairs:
-        i = ko.index(o, v)
-        if i is not None:
-            return i, v
-    return None
-
-
-def _last_index(ko, pairs) -> tuple | None:
-    for o, v in reversed(pairs):
-        i = ko.index(o, v)
-        if i is not None:
-            return i, v
-    return None
 
 
 def _proc_words(p, a: Txn, b: Txn, k, v1, v2, kind: str, verb: str) -> str:

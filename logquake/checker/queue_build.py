@@ -70,7 +70,7 @@ def _misfit(ix: QueueIndex) -> str:
                     return f"{where} polled key {k!r}: {p!r} has no offset (an integer >= 0) to place it by"
                 if not _int64(p[1]):
                     return f"{where} polled key {k!r}: value {p[1]!r} is not a 64-bit integer"
-        for k, v, o in t.sends:
+        for k, v, o in t.sends if t.type != FAIL else ():  # (a failed op's sends are not gathered)
             if not (o is None or _offset(o)):
                 return f"{where} sent to key {k!r}: offset {o!r} is not an integer >= 0"
             if not _int64(v):
@@ -106,7 +106,6 @@ class Gathered:
     sends: dict = field(default_factory=dict)
     # key -> ([value], [op id], [place]): those without an offset
     bare_sends: dict = field(default_factory=dict)
-    bare_ok: int = 0  # sends of ok ops without an offset
 
 
 def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
@@ -239,7 +238,6 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
                 failed.setdefault(k, set()).add(v)
                 continue
             if o is None:
-                g.bare_ok += typ == OK
                 b = g.bare_sends.get(k)
                 if b is None:
                     g.bare_sends[k] = b = ([], [], [])

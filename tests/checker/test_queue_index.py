@@ -51,6 +51,15 @@ def test_a_value_that_is_not_an_integer_makes_the_verdict_unknown_naming_the_op(
     _refused(h, "op 3 (process 1) polled key 1: value 'b' is not a 64-bit integer")  # the first op only
 
 
+def test_a_failed_send_of_any_value_is_taken() -> None:
+    """A failed op's sends only count as aborted writes (G1a); they are not placed in a log."""
+    h = H()
+    h.send(0, 1, "x", type="fail")
+    h.send(0, 1, 10, offset=0)
+    h.poll(1, {1: [(0, 10)]})
+    assert check_history(h.ops)["valid"] is True
+
+
 def test_a_negative_offset_makes_the_verdict_unknown_naming_the_op() -> None:
     h = H()
     h.poll(1, {1: [(-1, 5)]})

@@ -1,4 +1,4 @@
-"""A tiny builder for literal queue histories in tests.
+"""Queue histories for tests: a tiny builder for literal ones, and ways to vary simulated ones.
 
     h = H()
     h.send(0, 1, 10, offset=0)                 # process 0 sends 10 to key 1, ok at offset 0
@@ -7,6 +7,11 @@
 
 Each call appends an invoke and its completion (in that order) unless split with
 `invoke` / `complete` to make ops overlap.
+
+For simulated histories (logquake.checker.generate): `sim_configs` draws small simulation
+settings for Hypothesis; `oddly_read`, `swap_sends`, `shift_offsets` and `scale_values`
+rewrite a history so that reads go back or skip, a process's sends go back, offsets lie
+beyond what a list can index, or values spread far apart.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def merge_with_display(paths: list[Path], *, out_dir: Path | None, results_dir: 
     data, runs = merge_shards(paths, out_dir)
     for m in data["merged"]:
         state = "" if m["done"] else " (stopped early)"
-        console.print(f"shard {m['shard']}: {m['runs']} runs{state} from {m['index']}", highlight=False)
+        console.print(f"shard {m['shard']}: {m['runs']} runs{state} from {m['index']}", highlight=False, soft_wrap=True)
     for k in data["missing_shards"]:
         console.print(f"[yellow]shard {k}: no index.json given; its runs count as errors[/]", highlight=False)
     return _summary(runs, out_dir, console)
@@ -106,8 +106,9 @@ def _summary(runs: list[RunResult], out_dir: Path, console: Any) -> int:
     profiles = by_profile(runs)
     if len(profiles) > 1:
         console.print(_profiles_table(profiles))
-        console.print(f"profiles: {out_dir / 'profiles.html'}")
-    console.print(f"index: {out_dir / 'index.json'}\njunit: {out_dir / 'junit.xml'}")
+        console.print(f"profiles: {out_dir / 'profiles.html'}", soft_wrap=True)
+    # soft_wrap: a path cut across lines cannot be copied
+    console.print(f"index: {out_dir / 'index.json'}\njunit: {out_dir / 'junit.xml'}", soft_wrap=True)
     return exit_code(runs)
 
 

@@ -2,21 +2,14 @@
 
 A report of a 1,000,000-op history must be built in seconds and memory, so the history is
 read exactly once and reduced on the fly: per-series arrays of (invoke time, latency) for
-the latency and throughput plots, step series for unseen values and realtime lag, the
-nemesis intervals, the per-key logs of the keys the checker named, the ops the checker
+the latency and throughput plots, a step series for unseen values, the nemesis intervals, the per-key logs of the keys the checker named, the ops the checker
 named, and one capped window of ops for the timeline. Everything else is dropped as it
 streams past. Downsampling happens later, in plots.py.
 
-The unseen and lag series are recomputed from the history rather than read from
-results.json, because the checker reports only their end values:
-- unseen(t): values acknowledged by an ok send and not yet read by any ok poll;
-- realtime lag of an ok poll (Jepsen's measure, as the checker computes its worst): for each
-  key its process tracks (polled since its last assign/subscribe), the poll's invocation
-  time minus the moment the offset after the process's position stopped being the log's
-  tail (the completion of the first non-failed op that sent or polled beyond it). The
-  stream is in completion order, so every such moment earlier than the poll is already
-  known when the poll arrives: the streaming value is exact, and its maximum is the
-  checker's worst lag.
+unseen(t), values acknowledged by an ok send and not yet read by any ok poll, is kept for
+runs whose results.json predates the checker's own `unseen_over_time`. The realtime lag is
+not recomputed here: the checker reports it (`worst_realtime_lag`, and each run's peak in
+`realtime_lag_over_time`), and the report plots that.
 """
 
 from __future__ import annotations
@@ -90,8 +83,6 @@ class Digest:
     nemesis_ops: list[Op] = field(default_factory=list)
     unseen_t: array = field(default_factory=lambda: array("q"))
     unseen_n: array = field(default_factory=lambda: array("q"))
-    lag_t: array = field(default_factory=lambda: array("q"))
-    lag_ns: array = field(default_factory=lambda: array("q"))
     keys: dict[Any, KeyTrace] = field(default_factory=dict)
     named_ops: dict[int, Op] = field(default_factory=dict)
     named_invokes: dict[int, Op] = field(default_factory=dict)  # completion index -> its invocation
@@ -135,8 +126,6 @@ class _Digester:
         self.seen: dict[Any, set[Any]] = {}  # key -> values read by an ok poll
         self.key_of: dict[Any, Any] = {}  # poll-result spelling -> key (saves an int() per key per poll)
         self.unseen = 0
-        self.expired: dict[Any, list[int]] = {}  # key -> [time offset i-1 stopped being the tail]
-        self.tracked: dict[Any, dict[Any, int]] = {}  # process -> key -> highest offset it polled
 
     def run(self, ops: Iterable[Op]) -> None:
         """The hot loop: one iteration per history line, so state lives in locals."""
@@ -177,7 +166,7 @@ class _Digester:
                 d.named_invokes[index] = inv
             if lo <= inv.index < hi:
                 d.timeline.append(_timeline_op(inv, op))
-            micro_ops(inv, op)
+            micro_ops(op)
         d.n_ops += n_ops
         d.n_client_ops += n_client
         d.end_time = end
@@ -193,40 +182,24 @@ class _Digester:
                 self.d.intervals.append(Interval(kind=f[5:], start=started.time, stop=op.time,
                                                  start_value=started.value, stop_value=op.value))
 
-    def _micro_ops(self, inv: Op, op: Op) -> None:
+    def _micro_ops(self, op: Op) -> None:
         value = op.value
-        if op.type == OK and op.f in ("assign", "subscribe"):
-            keep = self.tracked.pop(op.process, {})
-            if op.f == "assign" and isinstance(inv.value, list):
-                self.tracked[op.process] = {_key(k): keep.get(_key(k), -1) for k in inv.value}
-            return
         if not isinstance(value, list):
             return
-        tops: dict[Any, int] = {}  # key -> highest offset this op sent or read
         for mop in value:
             if not isinstance(mop, list) or not mop:
                 continue
             if mop[0] == "send" and len(mop) == 3:
-                self._send(op, _key(mop[1]), mop[2], tops)
+                self._send(op, _key(mop[1]), mop[2])
             elif mop[0] == "poll" and len(mop) == 2 and op.type == OK and type(mop[1]) is dict:
                 key_of = self.key_of
                 for k, pairs in mop[1].items():
                     key = key_of.get(k)
                     if key is None:
                         key = key_of[k] = _key(k)
-                    self._poll(op, key, pairs, tops)
-        if op.type == "fail":
-            return
-        for k, o in tops.items():
-            lst = self.expired.get(k)
-            if lst is None:
-                lst = self.expired[k] = []
-            while len(lst) <= o:
-                lst.append(op.time)
-        if op.type == OK and op.f != "send":
-            self._lag(inv, op, tops)
+                    self._poll(op, key, pairs)
 
-    def _send(self, op: Op, k: Any, result: Any, tops: dict[Any, int]) -> None:
+    def _send(self, op: Op, k: Any, result: Any) -> None:
         if isinstance(result, list) and len(result) == 2:
             offset, v = result
         else:
@@ -234,8 +207,6 @@ class _Digester:
         trace = self.d.keys.get(k)
         if trace is not None:
             trace.writes.setdefault(v, []).append(Write(op=op.index, type=op.type, offset=offset))
-        if isinstance(offset, int) and offset > tops.get(k, -1):
-            tops[k] = offset
         if op.type != OK:
             return
         acked = self.acked.get(k)
@@ -249,7 +220,7 @@ class _Digester:
         except TypeError:  # an unhashable value: the checker reports the history; skip it here
             pass
 
-    def _poll(self, op: Op, k: Any, pairs: Any, tops: dict[Any, int]) -> None:
+    def _poll(self, op: Op, k: Any, pairs: Any) -> None:
         if type(pairs) is not list:
             return
         trace = self.d.keys.get(k)
@@ -257,7 +228,6 @@ class _Digester:
         if seen is None:
             seen = self.seen[k] = set()
         acked = self.acked.get(k, ())
-        top = tops.get(k, -1)
         newly_seen = 0
         for pair in pairs:
             try:
@@ -268,33 +238,11 @@ class _Digester:
                         newly_seen += 1
             except (TypeError, ValueError):  # not an [offset, value] pair of hashables
                 continue
-            if type(offset) is int and offset > top:
-                top = offset
             if trace is not None:
                 trace.reads.setdefault(offset, {}).setdefault(v, []).append(op.index)
         if newly_seen:
             self.unseen -= newly_seen
             self._unseen_point(op.time)
-        if top >= 0:
-            tops[k] = top
-
-    def _lag(self, inv: Op, op: Op, tops: dict[Any, int]) -> None:
-        tracked = self.tracked.get(op.process)
-        if tracked is None:
-            tracked = self.tracked[op.process] = {}
-        for k, o in tops.items():
-            if o > tracked.get(k, -1):
-                tracked[k] = o
-        worst = 0
-        expired = self.expired
-        for k, o in tracked.items():
-            lst = expired.get(k)
-            if lst is not None and o + 1 < len(lst):
-                lag = inv.time - lst[o + 1]
-                if lag > worst:
-                    worst = lag
-        self.d.lag_t.append(inv.time)
-        self.d.lag_ns.append(worst)
 
     def _unseen_point(self, t: int) -> None:
         self.d.unseen_t.append(t)

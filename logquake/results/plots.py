@@ -209,10 +209,19 @@ def unseen_figure(d: Digest, checker_points: Any = None) -> Figure:
     return fig
 
 
-def lag_figure(d: Digest, checker_worst: Any = None) -> Figure:
-    """Worst realtime lag of the polls in each time bin (title: the checker's worst, if given)."""
-    x, y = _max_per_bin(d.lag_t, d.lag_ns, d.end_time)
-    worst = max(d.lag_ns) / NS if len(d.lag_ns) else 0.0
+def lag_figure(d: Digest, checker_worst: Any = None, checker_points: Any = None) -> Figure:
+    """The checker's realtime lag: each run's peak (results.json `realtime_lag_over_time`),
+    the worst in each time bin; the title names its worst. A results.json from before the
+    series plots no line."""
+    t, lag = array("q"), array("q")
+    for p in checker_points if isinstance(checker_points, list) else ():
+        try:
+            t.append(int(p["time"] * NS))
+            lag.append(int(round(p["lag"] * NS)))
+        except (TypeError, KeyError, ValueError):
+            continue
+    x, y = _max_per_bin(t, lag, d.end_time)
+    worst = max(lag) / NS if len(lag) else 0.0
     if isinstance(checker_worst, dict) and isinstance(checker_worst.get("lag"), int | float):
         worst = checker_worst["lag"]
     fig = _figure([{"type": "scatter", "x": x, "y": [v / NS for v in y], "mode": "lines",

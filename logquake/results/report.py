@@ -407,7 +407,7 @@ def render_report(files: RunFiles, d: Digest) -> str:
     figures = {
         "latency": plots.latency_figure(d), "throughput": plots.throughput_figure(d),
         "unseen": plots.unseen_figure(d, results.get("unseen_over_time")),
-        "lag": plots.lag_figure(d, results.get("worst_realtime_lag")),
+        "lag": plots.lag_figure(d, results.get("worst_realtime_lag"), results.get("realtime_lag_over_time")),
     }
     if d.timeline:
         figures["timeline"] = plots.timeline_figure(d)
@@ -416,7 +416,8 @@ def render_report(files: RunFiles, d: Digest) -> str:
         figures["processing"] = plots.processing_figure(
             plots.processing_counts(results["processing_counts"]) or {}, processing.guarantee)
     informational = {k: v for k, v in results.items()
-                     if k not in ("valid", "bad_error_types", "error_types", "anomalies", "unseen_over_time")}
+                     if k not in ("valid", "bad_error_types", "error_types", "anomalies", "unseen_over_time",
+                                  "realtime_lag_over_time")}
     headers, rows = op_count_rows(d)
     return template("report.html.j2").render(
         name=files.test.get("name") or files.path.parent.name, run_dir=str(files.path), verdict=verdict,

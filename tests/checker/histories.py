@@ -1,4 +1,4 @@
-"""A tiny builder for literal queue histories in tests.
+"""Queue histories for tests: a tiny builder for literal ones, and ways to vary simulated ones.
 
     h = H()
     h.send(0, 1, 10, offset=0)                 # process 0 sends 10 to key 1, ok at offset 0
@@ -7,12 +7,22 @@
 
 Each call appends an invoke and its completion (in that order) unless split with
 `invoke` / `complete` to make ops overlap.
+
+For simulated histories (logquake.checker.generate): `sim_configs` draws small simulation
+settings for Hypothesis; `oddly_read`, `swap_sends`, `shift_offsets` and `scale_values`
+rewrite a history so that reads go back or skip, a process's sends go back, offsets lie
+beyond what a list can index, or values spread far apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from typing import Any
 
+from hypothesis import strategies as st
+
+from logquake.checker.generate import SimConfig
 from logquake.history import Op
 
 
@@ -77,3 +87,116 @@ class H:
 
     def nemesis(self, f: str = "start-partition", value: Any = "majority") -> None:
         self._add(process="nemesis", type="info", f=f, value=value)
+
+
+def oddly_read(ops: list[Op], seed: int) -> list[Op]:
+    """Some assigns made subscribes (keys all dropped), some reads reversed, cut or rewound."""
+    rng = random.Random(seed)
+    out: list[Op] = []
+    seen: dict[str, list] = {}
+    sub: dict[int, bool] = {}
+    for o in ops:
+        if o.f == "assign":
+            if o.type == "invoke":
+                sub[o.process] = rng.random() < 0.5
+            if sub.get(o.process):
+                o = dataclasses.replace(o, f="subscribe")
+        elif o.type != "invoke" and isinstance(o.value, list):
+            value = []
+            for m in o.value:
+                if m[0] == "poll" and len(m) > 1 and m[1] and rng.random() < 0.1:
+                    reads = {}
+                    for k, prs in m[1].items():
+                        prs, c = [list(p) for p in prs], rng.random()
+                        if c < 0.3 and len(prs) > 1:
+                            prs.reverse()
+                        elif c < 0.6 and len(prs) > 2:
+                            del prs[1]
+                        elif seen.get(k):
+                            prs = [list(rng.choice(seen[k]))] + prs
+                        reads[k] = prs
+                    m = [m[0], reads, *m[2:]]
+                if m[0] == "poll" and len(m) > 1 and m[1]:
+                    for k, prs in m[1].items():
+                        seen.setdefault(k, []).extend(prs)
+                value.append(m)
+            o = dataclasses.replace(o, value=value)
+        out.append(o)
+    return out
+
+
+def swap_sends(ops: list[Op]) -> list[Op]:
+    """The results of the first two ok sends of one process to one key swapped: the later op
+    now holds the earlier offset (a process's sends going back, no offset holding two values)."""
+    seen: dict[tuple, int] = {}
+    for i, o in enumerate(ops):
+        if o.type == "ok" and o.f == "send" and len(o.value) == 1:
+            at = (o.process, o.value[0][1])
+            if at in seen:
+                j = seen[at]
+                ops = list(ops)
+                ops[i], ops[j] = (
+                    dataclasses.replace(ops[i], value=ops[j].value),
+                    dataclasses.replace(ops[j], value=ops[i].value),
+                )
+                return ops
+            seen[at] = i
+    raise AssertionError("no process sent twice to one key")
+
+
+def shift_offsets(ops: list[Op], by: int) -> list[Op]:
+    out = []
+    for o in ops:
+        if o.type != "invoke" and isinstance(o.value, list):
+            value = []
+            for m in o.value:
+                if isinstance(m, list) and m[0] == "send" and len(m) > 2 and isinstance(m[2], list):
+                    m = ["send", m[1], [m[2][0] + by, m[2][1]]]
+                elif isinstance(m, list) and m[0] == "poll" and len(m) > 1 and m[1]:
+                    m = ["poll", {k: [[p[0] + by, p[1]] for p in prs] for k, prs in m[1].items()}]
+                value.append(m)
+            o = dataclasses.replace(o, value=value)
+        out.append(o)
+    return out
+
+
+def scale_values(ops: list[Op], by: int) -> list[Op]:
+    """Every value sent or read multiplied by `by`: the same history, values spread far apart."""
+
+    def send(m: list) -> list:
+        x = m[2]
+        return ["send", m[1], [x[0], x[1] * by] if isinstance(x, list) else x * by]
+
+    out = []
+    for o in ops:
+        if isinstance(o.value, list):
+            value = []
+            for m in o.value:
+                if isinstance(m, list) and m[0] == "send" and len(m) > 2:
+                    m = send(m)
+                elif isinstance(m, list) and m[0] == "poll" and len(m) > 1 and m[1]:
+                    m = ["poll", {k: [[p[0], p[1] * by] for p in prs] for k, prs in m[1].items()}]
+                value.append(m)
+            o = dataclasses.replace(o, value=value)
+        out.append(o)
+    return out
+
+
+def sim_configs(bugs: st.SearchStrategy[frozenset] = st.just(frozenset())) -> st.SearchStrategy[SimConfig]:
+    """Random small simulations (generate.py), with the planted bugs `bugs` draws."""
+    return st.builds(
+        SimConfig,
+        ops=st.integers(20, 250),
+        workers=st.integers(1, 6),
+        active_keys=st.integers(1, 6),
+        max_writes_per_key=st.integers(1, 40),
+        txn=st.booleans(),
+        p_fail=st.sampled_from([0.0, 0.05, 0.2]),
+        p_info=st.sampled_from([0.0, 0.05, 0.2]),
+        p_assign=st.sampled_from([0.0, 1 / 64, 0.2]),
+        poll_max=st.integers(1, 8),
+        bugs=bugs,
+        p_bug=st.sampled_from([0.05, 0.2]),
+        seed=st.integers(0, 2**32),
+    )
+

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from logquake.checker import CheckOptions, allowed_types, check_history, queue, queue_flat
+from logquake.checker import CheckOptions, allowed_types, check_history, queue
 from logquake.checker.generate import SimConfig, simulate
 from logquake.checker.options import GUARANTEES
 from logquake.history import Op
@@ -104,7 +104,7 @@ def test_no_profile_allows_them(name):
     assert not {"no-writer", "G1c-wr", "future-read"} & set(PROFILES[name].allowed)
 
 
-def test_array_and_general_paths_agree_on_no_writer(monkeypatch):
+def test_no_writer_on_a_simulated_history_names_exactly_the_planted_reads():
     cfg = SimConfig(ops=400, workers=4, active_keys=3, max_writes_per_key=20, seed=3)
     ops = simulate(cfg)[0]
     sent: dict = {}  # key -> {value: offset or None}, every send of any op
@@ -125,10 +125,6 @@ def test_array_and_general_paths_agree_on_no_writer(monkeypatch):
         Op(index=n + 1, time=t + 2, process=999, type="ok", f="poll", value=[["poll", reads]]),
     ]
     fast = check_history(ops, CheckOptions(txn=True))
-    monkeypatch.setattr(queue_flat, "flat_index", lambda ix, gathered: False)
-    general = check_history(ops, CheckOptions(txn=True))
-    canon = [json.dumps(json.loads(json.dumps(r, default=str))["anomalies"], sort_keys=True) for r in (fast, general)]
-    assert canon[0] == canon[1]
     errs = fast["anomalies"]["no-writer"]["errs"]
     assert [(e["key"], e["value"], e["kind"]) for e in errs] == [
         (k1, 10**9, "phantom"),
@@ -152,7 +148,7 @@ def _boom(ix):
 
 
 def test_a_failed_realtime_lag_leaves_the_anomaly_verdict(monkeypatch):
-    monkeypatch.setattr(queue, "worst_realtime_lag", _boom)
+    monkeypatch.setattr(queue, "realtime_lag", _boom)
     r = check(_lost_write())
     assert r["valid"] is False and "lost-write" in r["bad_error_types"]
     assert "analysis_errors" not in r and "unknown_because" not in r
@@ -161,7 +157,7 @@ def test_a_failed_realtime_lag_leaves_the_anomaly_verdict(monkeypatch):
 
 
 def test_a_failed_realtime_lag_leaves_a_clean_history_valid(monkeypatch):
-    monkeypatch.setattr(queue, "worst_realtime_lag", _boom)
+    monkeypatch.setattr(queue, "realtime_lag", _boom)
     h = H()
     h.send(0, 1, 10, 0)
     h.poll(1, {1: [(0, 10)]})

@@ -9,7 +9,7 @@ import pytest
 from logquake.checker import cycles as cy
 from logquake.checker.generate import BUGS, SimConfig, simulate
 from logquake.checker.options import CheckOptions
-from logquake.checker.queue_index import build_index
+from logquake.checker.queue_build import build_index
 
 
 def naive_components(ix, ww_deps: bool) -> list[list[int]]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from logquake.checker import cycles as cy
 from logquake.checker.generate import BUGS, SimConfig, simulate
 from logquake.checker.options import CheckOptions
-from logquake.checker.queue_index import build_index
+from logquake.checker.queue_build import build_index
 
 
 def expected(src: np.ndarray, dst: np.ndarray, n_nodes: int, n_real: int) -> list[list[int]]:

@@ -493,14 +493,16 @@ def test_cycles_are_all_counted_but_only_the_first_explained():
     assert len(r["anomalies"]["G0"]["errs"]) == 1
 
 
-def test_reads_without_offsets_are_placed_by_value():
+def test_a_read_without_an_offset_makes_the_verdict_unknown_naming_its_op():
+    """Reads are placed in the log by offset: one without is refused, not placed by a guess."""
     h = H()
     h.send(0, 1, 10, 0)
     h.send(0, 1, 11, 1)
     h.poll(1, {1: [(None, 10), (None, 11)]})
     h.poll(2, {1: [(0, 10), (1, 11)]})
     r = check(h)
-    assert r["valid"] is True, r["anomalies"]
+    assert r["valid"] == "unknown"
+    assert "op 5 (process 1) polled key 1: [None, 10] has no offset" in r["analysis_errors"]["index"]
 
 
 @pytest.mark.parametrize("pairs", [[[5]], [[0, 10], [5, 6, 7]], [7]])

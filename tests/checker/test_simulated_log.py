@@ -12,22 +12,11 @@ from hypothesis import strategies as st
 
 from logquake.checker import CheckOptions, check_history
 from logquake.checker.generate import BUGS, SimConfig, simulate
+from tests.checker.histories import sim_configs
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-configs = st.builds(
-    SimConfig,
-    ops=st.integers(20, 250),
-    workers=st.integers(1, 6),
-    active_keys=st.integers(1, 6),
-    max_writes_per_key=st.integers(1, 40),
-    txn=st.booleans(),
-    p_fail=st.sampled_from([0.0, 0.05, 0.2]),
-    p_info=st.sampled_from([0.0, 0.05, 0.2]),
-    p_assign=st.sampled_from([0.0, 1 / 64, 0.2]),
-    poll_max=st.integers(1, 8),
-    seed=st.integers(0, 2**32),
-)
+configs = sim_configs()
 
 
 @SETTINGS

@@ -206,14 +206,26 @@ def test_large_history_is_downsampled_and_the_timeline_capped(tmp_path, monkeypa
     assert f"send ok ({sends_ok:,})" in html
 
 
-def test_digest_agrees_with_the_checker_on_unseen_and_lag() -> None:
+def test_digest_agrees_with_the_checker_on_unseen() -> None:
     ops = [replace(op, index=i) for i, op in enumerate(synth_history(6000, seed=5, fault_every=1000))]
     results = checked(ops)
     d = digest_history(ops)
     assert d.unseen_n[-1] == results["unseen_over_time"][-1]["unseen"]
     assert (d.unseen_n[-1] > 0) == ("unseen" in results["anomalies"])
     assert len(d.intervals) == sum(1 for op in ops if op.f.startswith("start-"))
-    assert max(d.lag_ns) / plots.NS == pytest.approx(results["worst_realtime_lag"]["lag"], abs=1e-9)
+
+
+def test_the_lag_plot_shows_the_checkers_series_and_an_old_results_json_still_renders(tmp_path: Path) -> None:
+    ops = [replace(op, index=i) for i, op in enumerate(synth_history(6000, seed=5, fault_every=1000))]
+    results = checked(ops)
+    points = results["realtime_lag_over_time"]
+    assert points and max(p["lag"] for p in points) == results["worst_realtime_lag"]["lag"]
+    d = digest_history(ops)
+    fig = plots.lag_figure(d, results["worst_realtime_lag"], points)
+    assert max(fig["data"][0]["y"]) == pytest.approx(results["worst_realtime_lag"]["lag"], abs=1e-9)
+    del results["realtime_lag_over_time"]  # as written before the checker kept the series
+    html = write_report(make_run_dir(tmp_path, ops, results)).read_text()
+    assert f"worst: {results['worst_realtime_lag']['lag']:.3f} s" in html
 
 
 def test_nemesis_intervals_pair_per_kind_and_stay_open_when_never_stopped() -> None:

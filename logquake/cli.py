@@ -120,6 +120,7 @@ def check(
     from logquake.checker.summary import render_summary
     from logquake.config import load_run_config
     from logquake.errors import ConfigError
+    from logquake.guarantees import check_txn
     from logquake.history_import import load_any_history
 
     if model is not None and model not in MODELS:
@@ -131,6 +132,8 @@ def check(
         run_cfg = load_run_config(history, {"sub_via": sub_via, "txn": txn or None, "guarantee": guarantee,
                                             "ww_deps": False if no_ww_deps else None,
                                             "ignore": list(ignore) if ignore else None})
+    # The pairs `run` refuses are refused here too, in its words (a flag or the run's test.json).
+    check_txn(run_cfg.guarantee if run_cfg else guarantee, run_cfg.txn if run_cfg else txn)
     try:
         opts = CheckOptions(sub_via=sub_via or "assign", txn=txn, ww_deps=not no_ww_deps,
                             ignore=tuple(ignore or ()), guarantee=guarantee)

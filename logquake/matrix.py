@@ -187,7 +187,7 @@ def _guarantees(value: Any, where: str) -> list[str]:
     """The guarantees axis: profile names, in order, once each ([] when not given)."""
     if value is None or value == []:
         return []
-    from logquake.workloads.profiles import PROFILES
+    from logquake.guarantees import GUARANTEES as PROFILES
 
     items = value if isinstance(value, list) else [value]
     names = [n.strip() for item in items if isinstance(item, str) for n in item.split(",") if n.strip()]
@@ -262,7 +262,7 @@ def _bad_under(guarantee: str, expect: list[str]) -> list[str]:
     """The expected anomaly types that `guarantee` calls bad (all of them when no axis applies)."""
     if not guarantee:
         return expect
-    from logquake.workloads.profiles import PROFILES
+    from logquake.guarantees import GUARANTEES as PROFILES
 
     return [a for a in expect if a not in PROFILES[guarantee].allowed]
 

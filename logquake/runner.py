@@ -36,11 +36,12 @@ from typing import Any
 
 from logquake.config import TestConfig, save_config
 from logquake.errors import LogquakeError, NotImplementedYet
+from logquake.guarantees import apply_guarantee
 from logquake.history import FAIL, INFO, NEMESIS, OK, HistoryWriter, Op, load_history
 from logquake.results import store
 from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, make_client, make_generator
 from logquake.workloads.client import Abandonable, Client, complete
-from logquake.workloads.profiles import apply_profile, describe
+from logquake.workloads.profiles import describe
 
 log = logging.getLogger("logquake.runner")
 
@@ -411,8 +412,8 @@ def check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
         from logquake.checker import CheckOptions, check_history
     except ImportError as e:
         return {"valid": "unknown", "error": f"the checker is not available: {e}", "anomalies": {}}
-    # The guarantee profile (workloads/profiles.py) set the client configs in run_test;
-    # the same profile decides here which anomaly types are bad.
+    # The guarantee (logquake.guarantees) set the client configs in run_test;
+    # the same record decides here which anomaly types are bad.
     opts = CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps, ignore=cfg.ignore,
                         guarantee=cfg.guarantee)
     try:
@@ -487,7 +488,7 @@ def run_test(
     as Ctrl-C does; `make` builds a fresh client (the configured library by default);
     `cluster` opens the cluster (open_cluster by default).
     """
-    cfg = apply_profile(cfg.with_seed())
+    cfg = apply_guarantee(cfg.with_seed())
     profile = describe(cfg)
     stats = stats or Stats()
     stop = stop or threading.Event()
@@ -678,8 +679,8 @@ def _main_phase(cfg: TestConfig, crew: Crew, scheduler: Any, stats: Stats, stop:
 def _pipeline(cfg: TestConfig, bootstrap: str, recorder: Recorder, scheduler: Any, stats: Stats,
               stop: threading.Event) -> None:
     """The pipeline workload: inputs and workers under faults, heal, recovery, drain."""
+    from logquake.guarantees import get_guarantee
     from logquake.workloads.pipeline import History, run_pipeline
-    from logquake.workloads.profiles import get_profile
 
     def during() -> None:
         stats.enter(MAIN)
@@ -692,7 +693,7 @@ def _pipeline(cfg: TestConfig, bootstrap: str, recorder: Recorder, scheduler: An
         stop.wait(cfg.recovery_time)
         stats.enter(DRAIN)
 
-    run_pipeline(bootstrap, get_profile(cfg.guarantee), keys=max(cfg.partitions, 4),
+    run_pipeline(bootstrap, get_guarantee(cfg.guarantee), keys=max(cfg.partitions, 4),
                  values=max(1, int(cfg.rate * cfg.time_limit)), workers=cfg.concurrency,
                  hist=History(sink=recorder.record), rate=cfg.rate, during=during,
                  timeout=max(60.0, cfg.time_limit))
@@ -848,7 +849,7 @@ def _print_profile(cfg: TestConfig, console: Any) -> None:
         console.print(f"[bold]offsets[/]: {keys.groups} groups x {keys.partitions} partitions of {keys.topic}, "
                       "standalone commits, checked as registers for linearizability")
         return
-    prof = describe(apply_profile(cfg))
+    prof = describe(apply_guarantee(cfg))
     console.print(f"[bold]guarantee[/] {prof['guarantee']} (offsets committed {prof['offset_commit']};"
                   f" allowed: {', '.join(prof['allowed_anomalies'])})")
     for side in ("producer_config", "consumer_config"):

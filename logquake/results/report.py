@@ -30,6 +30,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from logquake.errors import UserError
+from logquake.guarantees import GUARANTEES
 from logquake.history import read_history
 from logquake.results import plots
 from logquake.results.digest import Digest, digest_history
@@ -294,6 +295,12 @@ def run_guarantee(files: RunFiles) -> str:
     return "not recorded"
 
 
+def processing_bad(files: RunFiles) -> frozenset[str]:
+    """The anomaly types results.json calls bad: the checker's word, never recomputed here."""
+    bad = (files.results or {}).get("bad_error_types")
+    return frozenset(t for t in bad if isinstance(t, str)) if isinstance(bad, list) else frozenset()
+
+
 def processing_of(files: RunFiles) -> Processing | None:
     """None unless results.json holds a pipeline run's `processing_counts`."""
     counts = plots.processing_counts((files.results or {}).get("processing_counts"))
@@ -301,23 +308,16 @@ def processing_of(files: RunFiles) -> Processing | None:
         return None
     guarantee = run_guarantee(files)
     total = sum(counts.values())
+    bad = processing_bad(files)
+    words_of = {"promise": "the promise", "allowed": f"allowed by {guarantee}", "bad": "bad", "none": "-"}
+    rows = [(times, n, 100 * n / total if total else 0.0, words_of[plots.processing_verdict(times, n, guarantee, bad)])
+            for times, n in counts.items()]
     allowed = plots.processing_allowed(guarantee)
-    rows = []
-    for times, n in counts.items():
-        if times == 1:
-            verdict = "the promise"
-        elif (times == 0 and "lost" in allowed) or (times > 1 and "repeated" in allowed):
-            verdict = f"allowed by {guarantee}"
-        else:
-            verdict = "bad" if n else "-"
-        rows.append((times, n, 100 * n / total if total else 0.0, verdict))
-    from logquake.workloads.profiles import PROFILES
-
     words = {frozenset(): "allows nothing else", frozenset({"lost"}): "allows 0 (lost), never more than 1",
              frozenset({"repeated"}): "allows more than 1 (repeated), never 0",
              frozenset({"lost", "repeated"}): "allows 0 and more than 1"}
-    tolerates = (words[allowed] if guarantee in PROFILES
-                 else "is not a known profile, so every count other than 1 is shown as bad")
+    tolerates = (words[allowed] if guarantee in GUARANTEES
+                 else "is not a known profile: each count is shown as the checker judged it")
     return Processing(guarantee=guarantee, inputs=total, rows=rows, tolerates=tolerates)
 
 
@@ -414,7 +414,8 @@ def render_report(files: RunFiles, d: Digest) -> str:
     processing = processing_of(files)
     if processing is not None:
         figures["processing"] = plots.processing_figure(
-            plots.processing_counts(results["processing_counts"]) or {}, processing.guarantee)
+            plots.processing_counts(results["processing_counts"]) or {}, processing.guarantee,
+            bad=processing_bad(files))
     informational = {k: v for k, v in results.items()
                      if k not in ("valid", "bad_error_types", "error_types", "anomalies", "unseen_over_time")}
     headers, rows = op_count_rows(d)

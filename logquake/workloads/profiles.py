@@ -1,106 +1,20 @@
-"""Delivery guarantee profiles (DESIGN.md §6), as data.
+"""What test.json stores about a run's guarantee: the client configs it gives and what is allowed.
 
-A profile fixes both sides of a promise: the client settings that are meant to give it
-(producer acks/retries/idempotence/transactions, consumer isolation, when offsets are
-committed relative to processing) and which anomaly types the checker calls bad, so that a
-run answers "does my cluster, with these settings, give this guarantee?". Settings are
-library-neutral; each adapter's config function maps them to its own keys. A user's own
-`producer:` settings override the profile's, so their real client settings can be checked.
+The guarantees themselves are logquake.guarantees'.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Any
 
 from logquake.config import TestConfig
-from logquake.errors import ConfigError
+from logquake.guarantees import Guarantee, allowed_types, get_guarantee
 from logquake.workloads.queue import producer_settings
-
-# Allowed in every profile: Kafka does not isolate writes (Jepsen's allowed set).
-BASE_ALLOWED = frozenset({"int-send-skip", "G0", "G0-process", "G0-realtime"})
-
-
-@dataclass(frozen=True, kw_only=True)
-class Profile:
-    """One delivery guarantee: client settings plus the anomaly types it tolerates.
-
-    Attributes:
-        acks: producer acks ("0", "1" or "all").
-        retries: producer retries (None: the library's default, effectively unbounded).
-        idempotence: enable.idempotence.
-        transactions: transactional producer and transaction ops.
-        isolation: consumer isolation.level.
-        commit: when consumer offsets are committed: "before" processing, "after" it,
-            or "in-transaction" (sendOffsetsToTransaction).
-        allowed: anomaly types reported but not bad.
-    """
-
-    name: str
-    acks: str
-    retries: int | None
-    idempotence: bool
-    transactions: bool
-    isolation: str
-    commit: str
-    allowed: frozenset[str]
-
-    def producer(self) -> dict[str, Any]:
-        """The library-neutral producer settings (`producer:` keys plus idempotence)."""
-        out: dict[str, Any] = {"acks": self.acks, "idempotence": self.idempotence}
-        if self.retries is not None:
-            out["retries"] = self.retries
-        return out
-
-    def consumer(self) -> dict[str, Any]:
-        return {"isolation": self.isolation, "commit": self.commit, "auto_commit": False}
-
-
-PROFILES: dict[str, Profile] = {
-    p.name: p
-    for p in (
-        # acks=1 without retries (acks=0 gives no offsets, which the history needs):
-        # a send is tried once, so it may be lost but never written twice.
-        Profile(name="at-most-once", acks="1", retries=0, idempotence=False, transactions=False,
-                isolation="read_uncommitted", commit="before",
-                allowed=BASE_ALLOWED | {"lost-write", "unseen", "lost-processing"}),
-        # Kafka's default: retries may write a value twice, nothing acknowledged may vanish.
-        Profile(name="at-least-once", acks="all", retries=None, idempotence=False, transactions=False,
-                isolation="read_uncommitted", commit="after",
-                allowed=BASE_ALLOWED | {"duplicate", "double-processing"}),
-        # enable.idempotence without transactions: no duplicate writes and no loss per
-        # partition, but a consumer may still process a value twice (offsets after processing).
-        Profile(name="idempotent", acks="all", retries=None, idempotence=True, transactions=False,
-                isolation="read_uncommitted", commit="after", allowed=BASE_ALLOWED | {"double-processing"}),
-        Profile(name="exactly-once", acks="all", retries=None, idempotence=True, transactions=True,
-                isolation="read_committed", commit="in-transaction", allowed=BASE_ALLOWED),
-    )
-}
-
-
-def get_profile(name: str) -> Profile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ConfigError("guarantee", f"expected one of {', '.join(PROFILES)}, got {name!r}") from None
-
-
-def apply_profile(cfg: TestConfig) -> TestConfig:
-    """The config a run really uses: the profile's settings under the user's own `producer:`.
-
-    exactly-once turns transactions on (read_committed consumers come with them);
-    at-most-once cannot use them, as a transactional producer is always idempotent.
-    """
-    prof = get_profile(cfg.guarantee)
-    if cfg.txn and prof.name == "at-most-once":
-        raise ConfigError("txn", "transactions make the producer idempotent; at-most-once cannot use them")
-    producer = {**prof.producer(), **(cfg.producer or {})}
-    return replace(cfg, producer=producer, txn=cfg.txn or prof.transactions)
 
 
 def describe(cfg: TestConfig) -> dict[str, Any]:
     """What test.json stores and the run prints: the profile and the resulting client configs."""
-    prof = get_profile(cfg.guarantee)
+    prof = get_guarantee(cfg.guarantee)
     if cfg.workload == "offsets":
         return _describe_offsets(cfg, prof)
     producer, consumer = _client_configs(cfg, prof)
@@ -113,7 +27,7 @@ def describe(cfg: TestConfig) -> dict[str, Any]:
     }
 
 
-def _describe_offsets(cfg: TestConfig, prof: Profile) -> dict[str, Any]:
+def _describe_offsets(cfg: TestConfig, prof: Guarantee) -> dict[str, Any]:
     """The offsets workload has no producer and checks registers, not the queue's anomalies:
     only its consumers' config (one per group, committing and fetching offsets) applies."""
     from logquake.workloads import offsets
@@ -128,7 +42,7 @@ def _describe_offsets(cfg: TestConfig, prof: Profile) -> dict[str, Any]:
             "allowed_anomalies": [], "producer_config": {}, "consumer_config": _stable(consumer)}
 
 
-def _client_configs(cfg: TestConfig, prof: Profile) -> tuple[dict[str, Any], dict[str, Any]]:
+def _client_configs(cfg: TestConfig, prof: Guarantee) -> tuple[dict[str, Any], dict[str, Any]]:
     """The producer and consumer configs the run's clients will be given."""
     if cfg.workload == "pipeline":
         from logquake.workloads import pipeline
@@ -145,13 +59,16 @@ def _client_configs(cfg: TestConfig, prof: Profile) -> tuple[dict[str, Any], dic
 
 
 def _checker_allowed(cfg: TestConfig) -> frozenset[str]:
-    """What the checker will really tolerate: the profile's types plus the test's own
-    (subscribe, write-write deps, ignore)."""
-    from logquake.checker.options import CheckOptions, allowed_types
+    """What the workload's checker will really tolerate: the guarantee's types plus the
+    test's own (subscribe, write-write deps, ignore)."""
+    if cfg.workload == "pipeline":
+        from logquake.checker.pipeline import PIPELINE_TYPES
 
-    opts = CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps, ignore=cfg.ignore,
-                        guarantee=cfg.guarantee)
-    return allowed_types(opts) | get_profile(cfg.guarantee).allowed
+        return allowed_types(reported=PIPELINE_TYPES, guarantee=cfg.guarantee)
+    from logquake.checker.options import QUEUE_TYPES
+
+    return allowed_types(reported=QUEUE_TYPES, guarantee=cfg.guarantee, sub_via=cfg.sub_via,
+                         ww_deps=cfg.ww_deps, ignore=cfg.ignore)
 
 
 def _stable(conf: dict[str, Any]) -> dict[str, Any]:

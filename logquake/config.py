@@ -54,7 +54,6 @@ import yaml
 from logquake.errors import ConfigError
 from logquake.guarantees import GUARANTEES, SUB_VIAS
 
-WORKLOADS = ("queue", "pipeline", "offsets")
 BACKENDS = ("lab", "docker", "ssh", "external")
 CLIENTS = ("confluent", "kafka-python")
 
@@ -155,7 +154,9 @@ def _validate_value(key: str, value: Any) -> Any:
                 raise ConfigError(key, f"expected a non-empty string without '/', got {value!r}")
             return value
         case "workload":
-            return _choice(key, value, WORKLOADS)
+            from logquake.workloads.registry import WORKLOADS  # here: the workloads build on TestConfig
+
+            return _choice(key, value, tuple(WORKLOADS))
         case "backend":
             return _choice(key, value, BACKENDS)
         case "sub_via":

@@ -39,9 +39,9 @@ from logquake.errors import LogquakeError, NotImplementedYet
 from logquake.guarantees import apply_guarantee
 from logquake.history import FAIL, INFO, NEMESIS, OK, HistoryWriter, Op, load_history
 from logquake.results import store
-from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, make_client, make_generator
+from logquake.workloads import DRAIN, MAIN, Context, Generator, Workload, get_workload
 from logquake.workloads.client import Abandonable, Client, complete
-from logquake.workloads.profiles import describe
+from logquake.workloads.registry import describe
 
 log = logging.getLogger("logquake.runner")
 
@@ -282,7 +282,7 @@ class Watchdog:
 class Crew:
     """The workers of a run, their threads, and what they share."""
 
-    def __init__(self, cfg: TestConfig, gen: QueueGenerator, recorder: Recorder, bootstrap: str,
+    def __init__(self, cfg: TestConfig, gen: Generator, recorder: Recorder, bootstrap: str,
                  make: Callable[[], Client], *, call_timeout: float | None = None) -> None:
         self.cfg = cfg
         self.gen = gen
@@ -407,25 +407,13 @@ def open_cluster(cfg: TestConfig, run_dir: Path) -> Iterator[Any]:
 
 
 def check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
-    """The checker's verdict; a missing or crashing checker gives `unknown`, with the reason."""
-    try:
-        from logquake.checker import CheckOptions, check_history
-    except ImportError as e:
-        return {"valid": "unknown", "error": f"the checker is not available: {e}", "anomalies": {}}
-    # The guarantee (logquake.guarantees) set the client configs in run_test;
-    # the same record decides here which anomaly types are bad.
-    opts = CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps, ignore=cfg.ignore,
-                        guarantee=cfg.guarantee)
-    try:
-        if cfg.workload == "pipeline":
-            from logquake.checker.pipeline import check_pipeline
+    """The workload's checker's verdict; a crashing checker gives `unknown`, with the reason.
 
-            return check_pipeline(ops, guarantee=cfg.guarantee)
-        if cfg.workload == "offsets":  # committed offsets are registers: linearizability
-            from logquake.workloads import offsets
-
-            return offsets.analyse(ops, offsets.offset_keys(cfg))
-        return check_history(ops, opts)
+    The guarantee (logquake.guarantees) set the client configs in run_test; the same record
+    decides here which anomaly types are bad.
+    """
+    try:
+        return get_workload(cfg.workload).check(ops, cfg)
     except Exception as e:  # noqa: BLE001 - an analysis that raises is unknown, error attached
         log.error("checker raised:\n%s", traceback.format_exc())
         return {"valid": "unknown", "error": f"checker raised {type(e).__name__}: {e}", "anomalies": {}}
@@ -478,14 +466,15 @@ def run_test(
     stats: Stats | None = None,
     on_run_dir: Callable[[Path], None] | None = None,
     stop: threading.Event | None = None,
-    make: Callable[[TestConfig], Client] = make_client,
+    make: Callable[[TestConfig], Client] | None = None,
     cluster: Callable[[TestConfig, Path], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> RunOutcome:
     """Run one whole test (the phases of the module docstring) and store its results.
 
     Raises LogquakeError (after cleaning up) when the test could not run at all, e.g. the
     cluster did not come up. `stats` is updated live for a display; `stop` ends the run early
-    as Ctrl-C does; `make` builds a fresh client (the configured library by default);
+    as Ctrl-C does; `make` builds a fresh client (the workload's, of the configured library, by
+    default);
     `cluster` opens the cluster (open_cluster by default).
     """
     cfg = apply_guarantee(cfg.with_seed())
@@ -600,25 +589,23 @@ class StackDumps:
 
 def _run_phases(
     cfg: TestConfig, run_dir: Path, recorder: Recorder, stats: Stats, stop: threading.Event,
-    make: Callable[[TestConfig], Client],
+    make: Callable[[TestConfig], Client] | None,
     opener: Callable[[TestConfig, Path], contextlib.AbstractContextManager[Any]],
     dumps: StackDumps,
 ) -> dict[str, Any] | None:
     """Phases 3-8; every exit path heals and tears down. What the drain reached (None if none ran)."""
     assert cfg.seed is not None
+    workload = get_workload(cfg.workload)
     stats.enter("cluster")
     with opener(cfg, run_dir) as cluster:
         crew: Crew | None = None
         nemesis = scheduler = None
         try:
             cluster.wait_ready(120.0)
-            if cfg.workload == "offsets":
-                from logquake.workloads import offsets
-
-                mk = offsets.make_client if make is make_client else make
-                crew = Crew(cfg, offsets.make_generator(cfg), recorder, cluster.bootstrap_servers, lambda: mk(cfg))
-            elif cfg.workload != "pipeline":
-                crew = Crew(cfg, make_generator(cfg), recorder, cluster.bootstrap_servers, lambda: make(cfg))
+            if workload.make_generator is not None:
+                mk = make or workload.make_client
+                assert mk is not None
+                crew = Crew(cfg, workload.make_generator(cfg), recorder, cluster.bootstrap_servers, lambda: mk(cfg))
             if cfg.nemesis:
                 from logquake.nemesis import NemesisScheduler, build_nemesis
 
@@ -629,7 +616,7 @@ def _run_phases(
                     record=recorder.record,
                 )
             if crew is None:
-                _pipeline(cfg, cluster.bootstrap_servers, recorder, scheduler, stats, stop)
+                _self_driven(cfg, workload, cluster.bootstrap_servers, recorder, scheduler, stats, stop)
                 scheduler = None  # healed inside
                 return None
             with dumps.bound("main phase", cfg.time_limit + CALL_TIMEOUT + BOUND_SLACK):
@@ -676,11 +663,10 @@ def _main_phase(cfg: TestConfig, crew: Crew, scheduler: Any, stats: Stats, stop:
     crew.join(CALL_TIMEOUT + 5)
 
 
-def _pipeline(cfg: TestConfig, bootstrap: str, recorder: Recorder, scheduler: Any, stats: Stats,
-              stop: threading.Event) -> None:
-    """The pipeline workload: inputs and workers under faults, heal, recovery, drain."""
-    from logquake.guarantees import get_guarantee
-    from logquake.workloads.pipeline import History, run_pipeline
+def _self_driven(cfg: TestConfig, workload: Workload, bootstrap: str, recorder: Recorder, scheduler: Any,
+                 stats: Stats, stop: threading.Event) -> None:
+    """A workload that drives itself (the pipeline): its load under faults, heal, recovery, drain."""
+    assert workload.drive is not None
 
     def during() -> None:
         stats.enter(MAIN)
@@ -693,10 +679,7 @@ def _pipeline(cfg: TestConfig, bootstrap: str, recorder: Recorder, scheduler: An
         stop.wait(cfg.recovery_time)
         stats.enter(DRAIN)
 
-    run_pipeline(bootstrap, get_guarantee(cfg.guarantee), keys=max(cfg.partitions, 4),
-                 values=max(1, int(cfg.rate * cfg.time_limit)), workers=cfg.concurrency,
-                 hist=History(sink=recorder.record), rate=cfg.rate, during=during,
-                 timeout=max(60.0, cfg.time_limit))
+    workload.drive(cfg, bootstrap, recorder.record, during)
 
 
 def _heal(scheduler: Any, stats: Stats) -> None:
@@ -842,12 +825,9 @@ def verdict_table(results: dict[str, Any]) -> Any:
 
 def _print_profile(cfg: TestConfig, console: Any) -> None:
     """The guarantee under test and the client configs it gives, before anything starts."""
-    if cfg.workload == "offsets":
-        from logquake.workloads.offsets import offset_keys
-
-        keys = offset_keys(cfg)
-        console.print(f"[bold]offsets[/]: {keys.groups} groups x {keys.partitions} partitions of {keys.topic}, "
-                      "standalone commits, checked as registers for linearizability")
+    workload = get_workload(cfg.workload)
+    if workload.banner is not None:
+        console.print(f"[bold]{workload.name}[/]: {workload.banner(cfg)}")
         return
     prof = describe(apply_guarantee(cfg))
     console.print(f"[bold]guarantee[/] {prof['guarantee']} (offsets committed {prof['offset_commit']};"

@@ -12,8 +12,8 @@ from logquake.errors import ConfigError
 from logquake.guarantees import GUARANTEES, apply_guarantee, get_guarantee
 from logquake.history import Op
 from logquake.workloads import confluent, kafkapython
-from logquake.workloads.profiles import describe
 from logquake.workloads.queue import producer_settings
+from logquake.workloads.registry import describe
 
 
 def _cfg(**kw) -> TestConfig:

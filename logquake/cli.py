@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from logquake.errors import LogquakeError, NotImplementedYet
+from logquake.errors import LogquakeError
 
 EXIT_USER_ERROR = 3
 
@@ -31,13 +31,6 @@ cluster_app = typer.Typer(help="Bring a lab cluster up, show it, tear it down.",
 app.add_typer(cluster_app, name="cluster")
 
 err_console = Console(stderr=True)
-
-
-def _not_yet(what: str, issue: int) -> NoReturn:
-    raise NotImplementedYet(
-        f"{what} is not implemented yet",
-        hint=f"tracked in issue #{issue}; nothing was run",
-    )
 
 
 @app.command()
@@ -73,7 +66,7 @@ def run(
     Exit 0 valid, 1 invalid, 2 unknown, 3 the test could not run.
     """
     from logquake.config import resolve_config
-    from logquake.runner import run_with_display
+    from logquake.display import run_with_display
 
     cfg = resolve_config(
         config,
@@ -156,7 +149,7 @@ def check(
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     elif run_cfg is not None:  # as `logquake run` ends: its verdict table, a register explanation
-        from logquake.runner import verdict_table
+        from logquake.display import verdict_table
 
         Console().print(verdict_table(result))
         if "linear" in result:

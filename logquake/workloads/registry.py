@@ -66,8 +66,10 @@ class Workload:
         make_client: cfg -> a fresh, unopened client for one worker.
         drive: the workload runs itself (see `Drive`); then no generator or client.
         offset_commit: when consumer offsets are committed, where not the guarantee's.
-        banner: cfg -> what a run prints before it starts, in place of the guarantee's
-            settings (where no guarantee applies).
+        guarantee_applies: False where no delivery guarantee changes what the workload does
+            or how it is judged (a matrix then has no guarantees to vary for it).
+        banner: cfg -> what a run prints before it starts in place of the guarantee's
+            settings; exactly when no guarantee applies.
     """
 
     name: str
@@ -80,11 +82,14 @@ class Workload:
     make_client: Callable[[TestConfig], Client] | None = None
     drive: Drive | None = None
     offset_commit: str | None = None
+    guarantee_applies: bool = True
     banner: Callable[[TestConfig], str] | None = None
 
     def __post_init__(self) -> None:
         if (self.drive is None) == (self.make_generator is None or self.make_client is None):
             raise ValueError(f"workload {self.name}: give make_generator and make_client, or drive")
+        if (self.banner is None) != self.guarantee_applies:
+            raise ValueError(f"workload {self.name}: a banner exactly when no guarantee applies")
 
 
 # -- queue: Jepsen's Kafka workload ---------------------------------------------------------
@@ -212,7 +217,8 @@ WORKLOADS: dict[str, Workload] = {
         Workload(name="offsets", summary="committed consumer-group offsets, checked as linearizable registers",
                  clients=("confluent", "kafka-python"), check=_offsets_check, allowed=lambda cfg: frozenset(),
                  client_configs=_offsets_configs, make_generator=_offsets_generator, make_client=_offsets_client,
-                 offset_commit="the ops themselves (OffsetCommit, OffsetFetch)", banner=_offsets_banner),
+                 offset_commit="the ops themselves (OffsetCommit, OffsetFetch)", guarantee_applies=False,
+                 banner=_offsets_banner),
     )
 }
 

@@ -8,25 +8,9 @@ import sys
 import pytest
 
 from logquake.checker.pipeline import check_pipeline
-from logquake.history import Op
+from tests.checker.test_pipeline import _input, _ops, _read
 
 TXN_REFUSAL = "txn: transactions make the producer idempotent; at-most-once cannot use them"
-
-
-def _ops(*pairs):
-    out = []
-    for i, (f, inv, done) in enumerate(pairs):
-        out.append(Op(index=2 * i, time=10 * i, process=i, type="invoke", f=f, value=inv))
-        out.append(Op(index=2 * i + 1, time=10 * i + 5, process=i, type="ok", f=f, value=done))
-    return out
-
-
-def _input(k, *vs):
-    return ("input", [["send", k, v] for v in vs], [["send", k, [n, v]] for n, v in enumerate(vs)])
-
-
-def _read(out_key, *records):
-    return ("poll", [["poll"]], [["poll", {str(out_key): [list(r) for r in records]}]])
 
 
 def test_idempotent_pipeline_allows_a_value_processed_twice():

@@ -23,6 +23,8 @@ def test_config_accepts_exactly_the_registered_workloads():
 def test_a_workload_is_driven_by_the_runner_or_drives_itself_never_both():
     for w in WORKLOADS.values():
         assert (w.drive is None) == (w.make_generator is not None and w.make_client is not None), w.name
+        assert (w.banner is None) == w.guarantee_applies, w.name
+    assert [w.name for w in WORKLOADS.values() if not w.guarantee_applies] == ["offsets"]
     with pytest.raises(ValueError, match="make_generator and make_client, or drive"):
         Workload(name="x", summary="", clients=(), check=lambda ops, cfg: {}, allowed=lambda cfg: frozenset(),
                  client_configs=lambda cfg: ({}, {}), make_generator=lambda cfg: None)

@@ -51,9 +51,9 @@ from pathlib import Path
 
 from logquake.broker.logstats import stats_lines
 from logquake.config import TestConfig, resolve_config
+from logquake.crew import Crew, Pacer, Recorder, Stats
 from logquake.history import HistoryWriter, load_history
-from logquake.runner import MAIN, Crew, Pacer, Recorder, Stats
-from logquake.workloads import Context, make_client, make_generator
+from logquake.workloads import MAIN, Context, make_client, make_generator
 
 
 class _MemoryLog:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from logquake.errors import LogquakeError, NotImplementedYet
+from logquake.errors import LogquakeError
 
 EXIT_USER_ERROR = 3
 
@@ -31,13 +31,6 @@ cluster_app = typer.Typer(help="Bring a lab cluster up, show it, tear it down.",
 app.add_typer(cluster_app, name="cluster")
 
 err_console = Console(stderr=True)
-
-
-def _not_yet(what: str, issue: int) -> NoReturn:
-    raise NotImplementedYet(
-        f"{what} is not implemented yet",
-        hint=f"tracked in issue #{issue}; nothing was run",
-    )
 
 
 @app.command()
@@ -73,7 +66,7 @@ def run(
     Exit 0 valid, 1 invalid, 2 unknown, 3 the test could not run.
     """
     from logquake.config import resolve_config
-    from logquake.runner import run_with_display
+    from logquake.display import run_with_display
 
     cfg = resolve_config(
         config,
@@ -120,6 +113,7 @@ def check(
     from logquake.checker.summary import render_summary
     from logquake.config import load_run_config
     from logquake.errors import ConfigError
+    from logquake.guarantees import check_txn
     from logquake.history_import import load_any_history
 
     if model is not None and model not in MODELS:
@@ -131,6 +125,8 @@ def check(
         run_cfg = load_run_config(history, {"sub_via": sub_via, "txn": txn or None, "guarantee": guarantee,
                                             "ww_deps": False if no_ww_deps else None,
                                             "ignore": list(ignore) if ignore else None})
+    # The pairs `run` refuses are refused here too, in its words (a flag or the run's test.json).
+    check_txn(run_cfg.guarantee if run_cfg else guarantee, run_cfg.txn if run_cfg else txn)
     try:
         opts = CheckOptions(sub_via=sub_via or "assign", txn=txn, ww_deps=not no_ww_deps,
                             ignore=tuple(ignore or ()), guarantee=guarantee)
@@ -153,7 +149,7 @@ def check(
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     elif run_cfg is not None:  # as `logquake run` ends: its verdict table, a register explanation
-        from logquake.runner import verdict_table
+        from logquake.display import verdict_table
 
         Console().print(verdict_table(result))
         if "linear" in result:

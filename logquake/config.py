@@ -35,7 +35,9 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
                       accept_new_host_keys, sudo, python, dir} or {type: docker,
                       container: kafka-1, address, pidfile, start} (cluster/hostcfg.py)  ([])
 
-Every error names the key, the bad value and what is allowed.
+Every error names the key, the bad value and what is allowed. Each list of allowed values
+has its home beside what it names: workloads in logquake.workloads.registry, guarantees and
+sub_via in logquake.guarantees, fault families in logquake.nemesis.
 """
 
 from __future__ import annotations
@@ -50,13 +52,10 @@ from typing import Any
 import yaml
 
 from logquake.errors import ConfigError
+from logquake.guarantees import GUARANTEES, SUB_VIAS
 
-WORKLOADS = ("queue", "pipeline", "offsets")
 BACKENDS = ("lab", "docker", "ssh", "external")
-NEMESES = ("partition", "kill", "pause", "clock", "disk", "packet-loss", "stale-leader")
-SUB_VIA = ("assign", "subscribe")
 CLIENTS = ("confluent", "kafka-python")
-GUARANTEES = ("at-most-once", "at-least-once", "idempotent", "exactly-once")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,15 +154,17 @@ def _validate_value(key: str, value: Any) -> Any:
                 raise ConfigError(key, f"expected a non-empty string without '/', got {value!r}")
             return value
         case "workload":
-            return _choice(key, value, WORKLOADS)
+            from logquake.workloads.registry import WORKLOADS  # here: the workloads build on TestConfig
+
+            return _choice(key, value, tuple(WORKLOADS))
         case "backend":
             return _choice(key, value, BACKENDS)
         case "sub_via":
-            return _choice(key, value, SUB_VIA)
+            return _choice(key, value, SUB_VIAS)
         case "client":
             return _choice(key, value, CLIENTS)
         case "guarantee":
-            return _choice(key, value, GUARANTEES)
+            return _choice(key, value, tuple(GUARANTEES))
         case "nodes":
             return _number(key, value, int, 1, 15)
         case "concurrency":
@@ -184,11 +185,13 @@ def _validate_value(key: str, value: Any) -> Any:
         case "txn" | "ww_deps":
             return _bool(key, value)
         case "nemesis":
+            from logquake.nemesis import FAMILIES  # here: the nemesis modules build on TestConfig
+
             faults = _as_list(key, value)
             for fault in faults:
                 family, colon, variant = str(fault).partition(":")
-                if family not in NEMESES or (colon and not variant):
-                    raise ConfigError(key, f"unknown fault {fault!r}; allowed: {', '.join(NEMESES)}, "
+                if family not in FAMILIES or (colon and not variant):
+                    raise ConfigError(key, f"unknown fault {fault!r}; allowed: {', '.join(FAMILIES)}, "
                                            "each optionally as family:variant (partition:leader)")
             return tuple(dict.fromkeys(faults))
         case "ignore" | "bootstrap_servers":

@@ -1,21 +1,23 @@
 """What a check is asked to do, and which anomaly types count as bad for it.
 
 Jepsen's Kafka checker reports many anomalies that are normal in Kafka's model (writes
-are not isolated, so G0 cycles are expected); `allowed_types` encodes which ones a given
-test tolerates, so that `valid` means something. The table is DESIGN.md §8 and §6.
+are not isolated, so G0 cycles are expected); `allowed_types` says which ones a given
+test tolerates, so that `valid` means something. What each guarantee and test setting allows
+is logquake.guarantees' (DESIGN.md §8 and §6); this module names the queue's anomaly types.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SUB_VIAS = ("assign", "subscribe")
-GUARANTEES = ("exactly-once", "idempotent", "at-least-once", "at-most-once")
+from logquake import guarantees
+from logquake.guarantees import GUARANTEES, SUB_VIAS
 
 #: Every anomaly type the queue analysis can report, in the order results list them.
 QUEUE_TYPES = (
     "inconsistent-offsets",
     "duplicate",
+    "no-writer",
     "lost-write",
     "G1a",
     "precommitted-read",
@@ -33,6 +35,8 @@ QUEUE_TYPES = (
     "G1c",
     "G1c-process",
     "G1c-realtime",
+    "G1c-wr",
+    "future-read",
 )
 
 
@@ -72,17 +76,5 @@ class CheckOptions:
 
 def allowed_types(opts: CheckOptions) -> frozenset[str]:
     """Anomaly types this test tolerates: reported, but they do not make it invalid."""
-    # Transactions interleave their sends, and writes are never isolated: always allowed.
-    allowed = {"int-send-skip", "G0", "G0-process", "G0-realtime"}
-    if opts.sub_via == "subscribe":
-        # A rebalance may hand a consumer any position; only assign promises order.
-        allowed |= {"poll-skip", "nonmonotonic-poll"}
-    if opts.ww_deps:
-        # t0 <ww t1 <wr t0 is normal without write isolation.
-        allowed |= {"G1c", "G1c-process", "G1c-realtime"}
-    if opts.guarantee == "at-most-once":
-        allowed |= {"lost-write", "unseen"}
-    elif opts.guarantee == "at-least-once":
-        allowed |= {"duplicate"}
-    allowed |= set(opts.ignore)
-    return frozenset(allowed)
+    return guarantees.allowed_types(reported=QUEUE_TYPES, guarantee=opts.guarantee, sub_via=opts.sub_via,
+                                    ww_deps=opts.ww_deps, ignore=opts.ignore)

@@ -9,8 +9,8 @@ produced and committed; they explain anomalies but the verdict rests on the outp
 An output record is counted once per (output key, offset), however many polls read it.
 lost-processing: an acknowledged input never in the output; double-processing: in it more
 than once; output-reorder: an input partition's values first reach the output out of
-their order. Which of them is bad follows the guarantee profile (at-most-once tolerates loss,
-at-least-once tolerates repeats, exactly-once neither).
+their order. Which of them is bad follows the guarantee (logquake.guarantees: at-most-once
+tolerates loss, at-least-once and idempotent repeats, exactly-once neither).
 """
 
 from __future__ import annotations
@@ -18,18 +18,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from logquake.guarantees import allowed_types
 from logquake.history import OK, Op
 
 PIPELINE_TYPES = ("lost-processing", "double-processing", "output-reorder")
-
-# A zombie worker (its partitions already handed over) may still write older values after
-# the new owner's: only exactly-once fences it (group metadata in the transaction), so only
-# there is output-reorder bad.
-_ALLOWED = {
-    "at-most-once": {"lost-processing", "output-reorder"},
-    "at-least-once": {"double-processing", "output-reorder"},
-    "exactly-once": set(),
-}
 
 
 def acknowledged_inputs(ops: list[Op]) -> set[tuple[int, Any]]:
@@ -106,7 +98,8 @@ def check_pipeline(ops: list[Op], *, guarantee: str = "exactly-once", max_exampl
     if reorders:
         anomalies["output-reorder"] = {"count": len(reorders), "errs": reorders[:max_examples]}
     distribution = Counter(counts[i] for i in inputs)
-    allowed = _ALLOWED.get(guarantee, set())
+    # No subscribe or cycle rules here: the pipeline's types are the guarantee's alone.
+    allowed = allowed_types(reported=PIPELINE_TYPES, guarantee=guarantee)
     bad = sorted(t for t in anomalies if t not in allowed)
     valid: bool | str = not bad if inputs else "unknown"
     return {

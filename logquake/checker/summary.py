@@ -49,6 +49,9 @@ def render_summary(result: dict[str, Any], console: Console, *, title: str = "qu
     for name, err in (result.get("analysis_errors") or {}).items():
         # Escaped: results hold the history's own text (values, client errors), not markup.
         console.print(f"[yellow]analysis {name} failed:[/] {escape(err.splitlines()[0])}", highlight=False)
+    for name, err in (result.get("informational_errors") or {}).items():
+        # A figure for the report, not an anomaly analysis: the verdict above stands without it.
+        console.print(f"[yellow]figure {name} failed:[/] {escape(err.splitlines()[0])}", highlight=False)
 
 
 def _cycle_line(err: dict[str, Any]) -> str:

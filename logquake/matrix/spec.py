@@ -46,7 +46,7 @@ from logquake.errors import ConfigError
 
 # The matrix's one read of the delivery guarantees: each profile by name, with the anomaly
 # types it allows (the axis's names, and what an unsafe cell may still expect under it).
-from logquake.workloads.profiles import PROFILES
+from logquake.guarantees import GUARANTEES
 
 __all__ = ["DEFAULT_MATRIX", "Cell", "Matrix", "expand", "fingerprint", "load_matrix", "matches", "parse_matrix",
            "select"]
@@ -168,21 +168,29 @@ def _guarantees(value: Any, where: str) -> list[str]:
         return []
     items = value if isinstance(value, list) else [value]
     names = [n.strip() for item in items if isinstance(item, str) for n in item.split(",") if n.strip()]
-    bad = [n for n in names if n not in PROFILES] + [str(i) for i in items if not isinstance(i, str)]
+    bad = [n for n in names if n not in GUARANTEES] + [str(i) for i in items if not isinstance(i, str)]
     if bad or not names:
-        raise ConfigError(where, f"expected profiles among {', '.join(PROFILES)}, got {bad[0] if bad else value!r}")
+        raise ConfigError(where, f"expected profiles among {', '.join(GUARANTEES)}, got {bad[0] if bad else value!r}")
     return list(dict.fromkeys(names))
+
+
+def _guarantee_applies(cfg: dict[str, Any]) -> bool:
+    """False for a workload no delivery guarantee changes (offsets: no producer to set)."""
+    from logquake.workloads.registry import get_workload
+
+    return get_workload(cfg.get("workload", "queue")).guarantee_applies
 
 
 def _per_profile(name: str, cfg: dict[str, Any], axis: list[str], pinned: bool,
                  skipped: list[str]) -> list[tuple[str, dict[str, Any], str]]:
     """(cell name, config, profile) for each profile of the axis this cell runs under."""
-    if not axis or pinned or cfg.get("workload") == "offsets":  # offsets: no producer, no profile to vary
+    if not axis or pinned or not _guarantee_applies(cfg):
         return [(name, cfg, "")]
     out = []
     for g in axis:
-        if g == "at-most-once" and cfg.get("txn"):
-            skipped.append(f"{name}/{g}: transactions make the producer idempotent, which at-most-once excludes")
+        refusal = GUARANTEES[g].txn_refusal
+        if refusal and cfg.get("txn"):
+            skipped.append(f"{name}/{g}: {refusal}")
             continue
         out.append((f"{name}/{g}", {**cfg, "guarantee": g, "name": f"{cfg['name']}-{g}"}, g))
     return out
@@ -239,7 +247,7 @@ def _bad_under(guarantee: str, expect: list[str]) -> list[str]:
     """The expected anomaly types that `guarantee` calls bad (all of them when no axis applies)."""
     if not guarantee:
         return expect
-    return [a for a in expect if a not in PROFILES[guarantee].allowed]
+    return [a for a in expect if a not in GUARANTEES[guarantee].allowed]
 
 
 def _mode(raw: Mapping[str, Any], where: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections.abc import Collection
 from functools import cache
 from typing import Any
 
@@ -287,19 +288,37 @@ PROFILE_COLOURS = {"at-most-once": "#e8890c", "at-least-once": "#1c7ed6", "idemp
                    "exactly-once": "#2b8a3e"}
 
 
+_PROCESSING_ANOMALIES = (("lost", "lost-processing"), ("repeated", "double-processing"))
+
+
 def processing_allowed(guarantee: str) -> frozenset[str]:
-    """What a profile tolerates of a value's processing count: "lost" (0), "repeated" (> 1).
+    """What a guarantee tolerates of a value's processing count: "lost" (0), "repeated" (> 1).
 
-    Read from the profile's own allowed anomaly types, so a new profile needs no table here;
-    an unknown name (an old run, a typo) tolerates nothing.
+    Read from the guarantee's record (logquake.guarantees), so a new guarantee needs no table
+    here; an unknown name (an old run, a typo) tolerates nothing.
     """
-    from logquake.workloads.profiles import PROFILES
+    from logquake.guarantees import GUARANTEES
 
-    prof = PROFILES.get(guarantee)
-    if prof is None:
+    g = GUARANTEES.get(guarantee)
+    if g is None:
         return frozenset()
-    return frozenset(word for word, anomaly in (("lost", "lost-processing"), ("repeated", "double-processing"))
-                     if anomaly in prof.allowed)
+    return frozenset(word for word, anomaly in _PROCESSING_ANOMALIES if anomaly in g.allowed)
+
+
+def processing_verdict(times: int, inputs: int, guarantee: str, bad: Collection[str]) -> str:
+    """"promise" (processed once), "bad", "allowed", or "none" (no input value was processed
+    `times` times, and the guarantee would not have allowed one).
+
+    A count that happened is judged as the checker judged it, by results.json's `bad`
+    anomaly types, so the report never disagrees with the verdict; one that did not happen
+    is described from the guarantee's record.
+    """
+    if times == 1:
+        return "promise"
+    word, anomaly = _PROCESSING_ANOMALIES[0 if times == 0 else 1]
+    if inputs:
+        return "bad" if anomaly in bad else "allowed"
+    return "allowed" if word in processing_allowed(guarantee) else "none"
 
 
 def processing_counts(raw: Any) -> dict[int, int] | None:
@@ -313,16 +332,13 @@ def processing_counts(raw: Any) -> dict[int, int] | None:
     return dict(sorted(out.items())) if all(k >= 0 and v >= 0 for k, v in out.items()) else None
 
 
-def _processing_colour(times: int, guarantee: str) -> str:
-    if times == 1:
-        return OUTCOME_COLOURS["ok"]
-    allowed = processing_allowed(guarantee)
-    tolerated = (times == 0 and "lost" in allowed) or (times > 1 and "repeated" in allowed)
-    return OUTCOME_COLOURS["info"] if tolerated else OUTCOME_COLOURS["fail"]
+_VERDICT_COLOURS = {"promise": OUTCOME_COLOURS["ok"], "allowed": OUTCOME_COLOURS["info"],
+                    "bad": OUTCOME_COLOURS["fail"], "none": OUTCOME_COLOURS["fail"]}
 
 
-def processing_figure(counts: dict[int, int], guarantee: str) -> Figure:
-    """How many input values were processed 0, 1, 2, ... times, coloured by what the profile allows.
+def processing_figure(counts: dict[int, int], guarantee: str, *, bad: Collection[str]) -> Figure:
+    """How many input values were processed 0, 1, 2, ... times, coloured by processing_verdict
+    (`bad`: results.json's bad anomaly types).
 
     Every count from 0 to the highest is a bar (zero-height where no value was), so a missing
     0 bar reads as "nothing lost" rather than as an axis that starts at 1.
@@ -332,7 +348,7 @@ def processing_figure(counts: dict[int, int], guarantee: str) -> Figure:
     ys = [counts.get(x, 0) for x in xs]
     trace = {
         "type": "bar", "x": xs, "y": ys, "name": guarantee,
-        "marker": {"color": [_processing_colour(x, guarantee) for x in xs]},
+        "marker": {"color": [_VERDICT_COLOURS[processing_verdict(x, y, guarantee, bad)] for x, y in zip(xs, ys)]},
         "text": [f"{y:,}" if y else "" for y in ys], "textposition": "outside",
         "customdata": [round(100 * y / total, 2) for y in ys],
         "hovertemplate": "processed %{x} times: %{y:,} input values (%{customdata}%)<extra></extra>",

@@ -30,6 +30,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from logquake.errors import UserError
+from logquake.guarantees import GUARANTEES
 from logquake.history import read_history
 from logquake.results import plots
 from logquake.results.digest import Digest, digest_history
@@ -45,6 +46,8 @@ OP_REF_FIELDS = frozenset({"op", "ops", "writer", "writers", "reader", "readers"
 MEANINGS = {
     "inconsistent-offsets": "One offset of a key holds two different values: replicas disagree about the log.",
     "duplicate": "One value appears at more than one offset of a key: a send was appended twice.",
+    "no-writer": "A poll returned a value that no op sent to that key: a phantom (sent nowhere) or misrouted "
+                 "(sent to another key) record.",
     "lost-write": "A committed value below the highest offset read was never read by any ok op: "
                   "the log lost an acknowledged write.",
     "G1a": "An ok op read a value written by an op that failed (an aborted read).",
@@ -59,6 +62,10 @@ MEANINGS = {
     "unseen": "Acknowledged values that no consumer had read by the end of the test.",
     "G0": "A write cycle: ops' writes are ordered in contradictory ways across keys.",
     "G1c": "Circular information flow: following write and read dependencies leads back to the start.",
+    "G1c-wr": "A cycle of read dependencies only (each op read a send of the next): impossible under "
+              "read_committed, and it rests on no inferred edge.",
+    "future-read": "A read returned information sent only after it had completed (read dependencies closed by "
+                   "process or real-time order).",
     "lost-processing": "An input value was never processed into the output.",
     "double-processing": "An input value was processed into the output more than once.",
     "output-reorder": "Values of one input partition first reached the output out of their input order.",
@@ -294,6 +301,12 @@ def run_guarantee(files: RunFiles) -> str:
     return "not recorded"
 
 
+def processing_bad(files: RunFiles) -> frozenset[str]:
+    """The anomaly types results.json calls bad: the checker's word, never recomputed here."""
+    bad = (files.results or {}).get("bad_error_types")
+    return frozenset(t for t in bad if isinstance(t, str)) if isinstance(bad, list) else frozenset()
+
+
 def processing_of(files: RunFiles) -> Processing | None:
     """None unless results.json holds a pipeline run's `processing_counts`."""
     counts = plots.processing_counts((files.results or {}).get("processing_counts"))
@@ -301,23 +314,16 @@ def processing_of(files: RunFiles) -> Processing | None:
         return None
     guarantee = run_guarantee(files)
     total = sum(counts.values())
+    bad = processing_bad(files)
+    words_of = {"promise": "the promise", "allowed": f"allowed by {guarantee}", "bad": "bad", "none": "-"}
+    rows = [(times, n, 100 * n / total if total else 0.0, words_of[plots.processing_verdict(times, n, guarantee, bad)])
+            for times, n in counts.items()]
     allowed = plots.processing_allowed(guarantee)
-    rows = []
-    for times, n in counts.items():
-        if times == 1:
-            verdict = "the promise"
-        elif (times == 0 and "lost" in allowed) or (times > 1 and "repeated" in allowed):
-            verdict = f"allowed by {guarantee}"
-        else:
-            verdict = "bad" if n else "-"
-        rows.append((times, n, 100 * n / total if total else 0.0, verdict))
-    from logquake.workloads.profiles import PROFILES
-
     words = {frozenset(): "allows nothing else", frozenset({"lost"}): "allows 0 (lost), never more than 1",
              frozenset({"repeated"}): "allows more than 1 (repeated), never 0",
              frozenset({"lost", "repeated"}): "allows 0 and more than 1"}
-    tolerates = (words[allowed] if guarantee in PROFILES
-                 else "is not a known profile, so every count other than 1 is shown as bad")
+    tolerates = (words[allowed] if guarantee in GUARANTEES
+                 else "is not a known profile: each count is shown as the checker judged it")
     return Processing(guarantee=guarantee, inputs=total, rows=rows, tolerates=tolerates)
 
 
@@ -414,7 +420,8 @@ def render_report(files: RunFiles, d: Digest) -> str:
     processing = processing_of(files)
     if processing is not None:
         figures["processing"] = plots.processing_figure(
-            plots.processing_counts(results["processing_counts"]) or {}, processing.guarantee)
+            plots.processing_counts(results["processing_counts"]) or {}, processing.guarantee,
+            bad=processing_bad(files))
     informational = {k: v for k, v in results.items()
                      if k not in ("valid", "bad_error_types", "error_types", "anomalies", "unseen_over_time",
                                   "realtime_lag_over_time")}

@@ -24,9 +24,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from logquake.guarantees import Guarantee
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
 from logquake.workloads.confluent import START_OFFSET
-from logquake.workloads.profiles import Profile
 
 log = logging.getLogger("logquake.pipeline")
 
@@ -43,7 +43,7 @@ def out_topic(k: int) -> str:
     return f"lq-out-{k}"
 
 
-def worker_producer_config(bootstrap: str, profile: Profile, worker: int) -> dict[str, Any]:
+def worker_producer_config(bootstrap: str, profile: Guarantee, worker: int) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap, "acks": profile.acks, "enable.idempotence": profile.idempotence,
         "linger.ms": 5, "message.timeout.ms": 10_000, "request.timeout.ms": 5_000,
@@ -57,7 +57,7 @@ def worker_producer_config(bootstrap: str, profile: Profile, worker: int) -> dic
     return conf
 
 
-def worker_consumer_config(bootstrap: str, profile: Profile) -> dict[str, Any]:
+def worker_consumer_config(bootstrap: str, profile: Guarantee) -> dict[str, Any]:
     return {
         "bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False,
         "isolation.level": profile.isolation, "auto.offset.reset": "earliest",
@@ -119,7 +119,7 @@ def produce_inputs(bootstrap: str, keys: int, n: int, hist: History, *, rate: fl
 class Worker:
     """One consume-transform-produce loop; see the module docstring."""
 
-    def __init__(self, index: int, bootstrap: str, profile: Profile, keys: int, hist: History) -> None:
+    def __init__(self, index: int, bootstrap: str, profile: Guarantee, keys: int, hist: History) -> None:
         self.index, self.profile, self.keys, self.hist = index, profile, keys, hist
         self.process = index
         self.bootstrap = bootstrap
@@ -289,7 +289,7 @@ def drain_outputs(bootstrap: str, keys: int, hist: History, *, want: set[tuple[i
         c.close()
 
 
-def run_pipeline(bootstrap: str, profile: Profile, *, keys: int = 4, values: int = 200, workers: int = 2,
+def run_pipeline(bootstrap: str, profile: Guarantee, *, keys: int = 4, values: int = 200, workers: int = 2,
                  timeout: float = 90.0, hist: History | None = None, rate: float | None = None,
                  during: Callable[[], None] | None = None) -> list[Op]:
     """Run the whole workload against `bootstrap`; the history, ready for check_pipeline.

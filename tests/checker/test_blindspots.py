@@ -14,7 +14,7 @@ from logquake.checker import CheckOptions, allowed_types, check_history, queue
 from logquake.checker.generate import SimConfig, simulate
 from logquake.checker.options import GUARANTEES
 from logquake.history import Op
-from logquake.workloads.profiles import PROFILES
+from logquake.guarantees import GUARANTEES as PROFILES
 from tests.checker.histories import H
 
 

@@ -22,3 +22,18 @@ def test_text_from_the_history_is_printed_literally() -> None:
     assert "T1 read [bold] from key [k]" in out
     assert "[timeout] waiting x2" in out
     assert "[5] is not an [offset, value] pair" in out
+
+
+def test_a_failed_figure_is_printed_beside_a_standing_verdict() -> None:
+    result = {
+        "valid": False,
+        "stats": {"txns": 3, "keys": 1},
+        "bad_error_types": ["lost-write"],
+        "anomalies": {"lost-write": {"count": 1, "errs": [{"explanation": "value 11 was lost"}]}},
+        "informational_errors": {"realtime-lag": "RuntimeError: injected\n  File ..."},
+    }
+    console = Console(record=True, width=200)
+    render_summary(result, console)
+    out = console.export_text()
+    assert "figure realtime-lag failed: RuntimeError: injected" in out
+    assert "File ..." not in out and "analysis realtime-lag" not in out

@@ -352,7 +352,7 @@ def test_profiles_page_of_queue_runs_has_no_processing_plot_and_lists_what_was_l
 ])
 def test_what_each_profile_tolerates_comes_from_the_profile(tmp_path, guarantee, repeats, words) -> None:
     from logquake.checker.pipeline import check_pipeline
-    from logquake.workloads.profiles import PROFILES
+    from logquake.guarantees import GUARANTEES
 
     src = pipeline_run_dir(tmp_path / "src", "at-least-once")  # a real run with values processed twice
     results = check_pipeline(load_history(src / "history.jsonl"), guarantee=guarantee)
@@ -360,13 +360,15 @@ def test_what_each_profile_tolerates_comes_from_the_profile(tmp_path, guarantee,
     sec = section(write_report(run).read_text(), "processing")
     assert f"{guarantee} {words}." in sec
     assert cell(sec, "2").split()[-1] == ("bad" if repeats == "bad" else guarantee)
-    assert ("double-processing" in PROFILES[guarantee].allowed) == (repeats != "bad")
+    assert ("double-processing" in GUARANTEES[guarantee].allowed) == (repeats != "bad")
 
 
 def test_an_unknown_profile_name_shows_every_other_count_as_bad(tmp_path) -> None:
-    run = pipeline_run_dir(tmp_path, "at-least-once")
-    results = json.loads((run / "results.json").read_text()) | {"guarantee": "exactly-twice"}
-    (run / "results.json").write_text(json.dumps(results))
+    from logquake.checker.pipeline import check_pipeline
+
+    src = pipeline_run_dir(tmp_path / "src", "at-least-once")  # a real run with values processed twice
+    results = check_pipeline(load_history(src / "history.jsonl"), guarantee="exactly-twice")
+    run = pipeline_run_dir(tmp_path, "at-least-once", results=results)
     html = write_report(run).read_text()
     assert "exactly-twice is not a known profile" in section(html, "processing")
     assert plot_data(html, "plot-processing")[0]["marker"]["color"][2] == plots.OUTCOME_COLOURS["fail"]

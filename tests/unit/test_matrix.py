@@ -222,13 +222,13 @@ def test_the_guarantees_axis_runs_each_cell_under_each_profile_and_labels_it():
 
 def test_every_cell_of_the_default_matrix_under_every_profile_is_a_config_the_runner_accepts():
     from logquake.config import resolve_config
-    from logquake.workloads.profiles import PROFILES, apply_profile
+    from logquake.guarantees import GUARANTEES, apply_guarantee
 
-    m = load_matrix(None, guarantees=list(PROFILES))
+    m = load_matrix(None, guarantees=list(GUARANTEES))
     for c in m.cells:
-        cfg = apply_profile(resolve_config(None, c.config))  # raises ConfigError for a bad pairing
+        cfg = apply_guarantee(resolve_config(None, c.config))  # raises ConfigError for a bad pairing
         assert cfg.guarantee == c.guarantee, c.name
-    assert {c.guarantee for c in m.cells} == set(PROFILES)
+    assert {c.guarantee for c in m.cells} == set(GUARANTEES)
 
 
 def test_without_the_axis_names_stay_and_rows_still_carry_their_profile():

@@ -30,7 +30,7 @@ from logquake.matrix import (
     shard_pairs,
 )
 from logquake.matrix.verdicts import judge
-from logquake.workloads.profiles import PROFILES
+from logquake.guarantees import GUARANTEES as PROFILES
 
 # 7 cells x 3 seeds
 RAW = {"test_count": 3, "seed": 10, "time_limit": 12, "base": {"nodes": 3},

@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from logquake.broker import LocalCluster
+from logquake.crew import Recorder, Stats
 from logquake.history import FAIL, INFO, INVOKE, OK, HistoryWriter, Op, load_history
-from logquake.runner import Recorder, Stats
 from logquake.workloads import DRAIN, MAIN, Context, Validated
 from logquake.workloads.offsets import (
     ConfluentOffsetsClient,

@@ -6,8 +6,8 @@ import pytest
 
 from logquake.checker.pipeline import check_pipeline
 from logquake.config import TestConfig
+from logquake.guarantees import GUARANTEES
 from logquake.workloads.pipeline import run_pipeline
-from logquake.workloads.profiles import PROFILES
 from tests.conftest import requires_root_or_userns
 
 pytestmark = pytest.mark.lab
@@ -19,7 +19,7 @@ def _run(tmp_path, guarantee: str) -> dict:
 
     with open_cluster(TestConfig(nodes=3), tmp_path) as c:
         c.wait_ready(120)
-        ops = run_pipeline(c.bootstrap_servers, PROFILES[guarantee], keys=4, values=120, workers=2, timeout=120)
+        ops = run_pipeline(c.bootstrap_servers, GUARANTEES[guarantee], keys=4, values=120, workers=2, timeout=120)
     processed = [op for op in ops if op.f == "process" and op.type == "ok"]
     assert processed, "no worker completed a batch"
     return check_pipeline(ops, guarantee=guarantee)

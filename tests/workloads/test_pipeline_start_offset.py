@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from logquake.guarantees import GUARANTEES
 from logquake.workloads import pipeline
-from logquake.workloads.profiles import PROFILES
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_reset_with_nothing_committed_rereads_from_offset_0_without_a_lookup(clu
     caplog.set_level(logging.DEBUG, logger="logquake.pipeline")
     hist = pipeline.History()
     pipeline.produce_inputs(cluster.bootstrap_servers, 1, 3, hist)
-    worker = pipeline.Worker(0, cluster.bootstrap_servers, PROFILES["at-least-once"], 1, hist)
+    worker = pipeline.Worker(0, cluster.bootstrap_servers, GUARANTEES["at-least-once"], 1, hist)
     try:
         first = _consume(worker, 3)
         assert [m.offset() for m in first] == [0, 1, 2]

@@ -1,4 +1,4 @@
-"""Delivery guarantee profiles: profile -> client configs and checker verdicts (DESIGN.md §6)."""
+"""Delivery guarantees: guarantee -> client configs and checker verdicts (DESIGN.md §6)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ import pytest
 
 from logquake.checker import CheckOptions, check_history
 from logquake.checker.options import QUEUE_TYPES, allowed_types
+from logquake.checker.pipeline import PIPELINE_TYPES, check_pipeline
 from logquake.config import TestConfig
 from logquake.errors import ConfigError
+from logquake.guarantees import GUARANTEES, apply_guarantee, get_guarantee
 from logquake.history import Op
 from logquake.workloads import confluent, kafkapython
-from logquake.workloads.profiles import PROFILES, apply_profile, describe, get_profile
 from logquake.workloads.queue import producer_settings
+from logquake.workloads.registry import describe
 
 
 def _cfg(**kw) -> TestConfig:
-    return apply_profile(TestConfig(**kw).with_seed())
+    return apply_guarantee(TestConfig(**kw).with_seed())
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
@@ -69,15 +71,31 @@ def test_at_most_once_with_transactions_is_a_config_error():
     with pytest.raises(ConfigError):
         _cfg(guarantee="at-most-once", txn=True)
     with pytest.raises(ConfigError):
-        get_profile("maybe-once")
+        get_guarantee("maybe-once")
 
 
-@pytest.mark.parametrize("name", list(PROFILES))
+@pytest.mark.parametrize("name", list(GUARANTEES))
 def test_profile_bad_types_match_the_checker(name):
-    """The profile's data and the checker's allowed set agree on every queue anomaly type."""
-    prof = PROFILES[name]
+    """The guarantee's record and the checker's allowed set agree on every queue anomaly type."""
+    prof = GUARANTEES[name]
     checker = allowed_types(CheckOptions(guarantee=name, ww_deps=False))
     assert {t for t in QUEUE_TYPES if t in prof.allowed} == {t for t in QUEUE_TYPES if t in checker}
+
+
+@pytest.mark.parametrize("name", list(GUARANTEES))
+def test_test_json_lists_what_the_pipeline_checker_tolerates(name):
+    """test.json's allowed_anomalies of a pipeline run are the pipeline types its checker lets pass."""
+    listed = set(describe(_cfg(workload="pipeline", guarantee=name))["allowed_anomalies"])
+    ops = [Op(index=0, time=0, process=0, type="invoke", f="input", value=[["send", 0, 1], ["send", 0, 2]]),
+           Op(index=1, time=1, process=0, type="ok", f="input", value=[["send", 0, [0, 1]], ["send", 0, [1, 2]]]),
+           Op(index=2, time=2, process=1, type="invoke", f="poll", value=[["poll"]]),
+           # 2 reaches the output before 1 (output-reorder), and 1 twice (double-processing)
+           Op(index=3, time=3, process=1, type="ok", f="poll", value=[["poll", {"100": [[0, [0, 2]], [1, [0, 1]],
+                                                                                          [2, [0, 1]]]}]])]
+    res = check_pipeline(ops, guarantee=name)
+    assert set(res["error_types"]) == {"double-processing", "output-reorder"}
+    assert {t for t in res["error_types"] if t not in res["bad_error_types"]} == listed & set(res["error_types"])
+    assert listed <= set(PIPELINE_TYPES)
 
 
 def _send(i, p, k, v, off):

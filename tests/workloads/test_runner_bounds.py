@@ -17,7 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from logquake import runner
+from logquake import diagnostics, runner
+from logquake.crew import Watchdog, Worker
 from logquake.history import Op, load_history
 from logquake.runner import StaticCluster
 from logquake.runner import run_test as _run_test
@@ -64,7 +65,7 @@ class _DrainHoldsTheGil(_DrainReadsNothing):
 def test_a_drain_past_its_bound_dumps_every_stack_even_while_the_gil_is_held(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "CALL_TIMEOUT", 2.0)
     monkeypatch.setattr(runner, "BOUND_SLACK", -2.0)  # drain bound: 1 + 2 - 2.0 = 1 s
-    monkeypatch.setattr(runner, "DUMP_GRACE", 0.5)  # the C dump 1.5 s into the drain
+    monkeypatch.setattr(diagnostics, "DUMP_GRACE", 0.5)  # the C dump 1.5 s into the drain
     log = MemLog()
     out = run_test(_cfg(tmp_path, time_limit=1, drain_time=1, concurrency=1), make=lambda cfg: _DrainHoldsTheGil(log))
     text = (out.run_dir / "harness.log").read_text()
@@ -195,9 +196,9 @@ def test_a_call_that_returns_while_the_watchdog_takes_it_ends_its_worker(tmp_pat
     client = _SlowCall()
     gen = SimpleNamespace(op=lambda ctx: Op(process=ctx.process, type="invoke", f="poll", value=[["poll"]]),
                           update=lambda ctx, op: None, fresh_client=lambda i: None)
-    crew = SimpleNamespace(watchdog=runner.Watchdog(0.05, on_expire), recorder=SimpleNamespace(record=lambda op: op),
+    crew = SimpleNamespace(watchdog=Watchdog(0.05, on_expire), recorder=SimpleNamespace(record=lambda op: op),
                            gen=gen, gen_lock=threading.Lock(), cfg=SimpleNamespace(concurrency=1))
-    w = runner.Worker(0, 0, crew)
+    w = Worker(0, 0, crew)
     w.client = client
     try:
         t = threading.Thread(target=w.run, args=("main", threading.Event(), None), daemon=True)
@@ -227,7 +228,7 @@ def test_a_drain_past_its_bound_with_the_gil_free_is_dumped_from_python(tmp_path
     # faulthandler's C dump, which can crash the process while threads run, is not made.
     monkeypatch.setattr(runner, "CALL_TIMEOUT", 2.0)
     monkeypatch.setattr(runner, "BOUND_SLACK", -2.0)  # drain bound: 1 s
-    monkeypatch.setattr(runner, "DUMP_GRACE", 0.5)
+    monkeypatch.setattr(diagnostics, "DUMP_GRACE", 0.5)
     out = run_test(_cfg(tmp_path, time_limit=1, drain_time=1, concurrency=1), make=lambda cfg: _DrainSleeps(MemLog()))
     dump = (out.run_dir / "harness.log").read_text()
     dump = dump[dump.index("phase drain"):]

@@ -12,9 +12,8 @@ import pytest
 
 from logquake.checker import CheckOptions, allowed_types, check_history, queue
 from logquake.checker.generate import SimConfig, simulate
-from logquake.checker.options import GUARANTEES
+from logquake.guarantees import GUARANTEES
 from logquake.history import Op
-from logquake.guarantees import GUARANTEES as PROFILES
 from tests.checker.histories import H
 
 
@@ -99,9 +98,9 @@ def test_no_guarantee_tolerates_what_rests_on_no_inference(guarantee, sub_via, w
     assert not {"no-writer", "G1c-wr", "future-read"} & allowed_types(opts)
 
 
-@pytest.mark.parametrize("name", list(PROFILES))
+@pytest.mark.parametrize("name", list(GUARANTEES))
 def test_no_profile_allows_them(name):
-    assert not {"no-writer", "G1c-wr", "future-read"} & set(PROFILES[name].allowed)
+    assert not {"no-writer", "G1c-wr", "future-read"} & set(GUARANTEES[name].allowed)
 
 
 def test_no_writer_on_a_simulated_history_names_exactly_the_planted_reads():

@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 
 from logquake.errors import ConfigError, UserError
+from logquake.guarantees import GUARANTEES as PROFILES
 from logquake.matrix import (
     Shard,
     expand,
@@ -30,7 +31,6 @@ from logquake.matrix import (
     shard_pairs,
 )
 from logquake.matrix.verdicts import judge
-from logquake.guarantees import GUARANTEES as PROFILES
 
 # 7 cells x 3 seeds
 RAW = {"test_count": 3, "seed": 10, "time_limit": 12, "base": {"nodes": 3},

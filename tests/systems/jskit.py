@@ -8,7 +8,7 @@ from pathlib import Path
 
 from logquake.broker.localcluster import free_ports
 from logquake.cluster.lifecycle import NodeSpec
-from logquake.systems.jetstream.server import JetStreamLifecycle, JetStreamSettings
+from logquake.systems.jetstream.server import JetStreamLifecycle, JetStreamSettings, _get_json
 
 from .localhost import LocalHost
 
@@ -35,3 +35,13 @@ def running(lc: JetStreamLifecycle, *, timeout: float = 30.0) -> Iterator[JetStr
     finally:
         for s in lc.specs:
             lc.kill(s.name)
+
+
+def stream_leader(lc: JetStreamLifecycle, stream: str) -> str:
+    """The node leading `stream`, as the first node's monitoring port reports it."""
+    jsz = _get_json(f"http://{lc.specs[0].address}:{lc.monitor_port(lc.specs[0].name)}/jsz?streams=true")
+    for account in jsz.get("account_details") or []:
+        for st in account.get("stream_detail") or []:
+            if st["name"] == stream:
+                return st["cluster"]["leader"]
+    raise LookupError(f"no stream {stream}")

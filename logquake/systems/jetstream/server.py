@@ -48,6 +48,7 @@ __all__ = [
     "parse_settings",
     "render_config",
     "server_config",
+    "duration_seconds",
     "server_version",
 ]
 
@@ -60,7 +61,14 @@ CLUSTER_NAME = "logquake"
 MAX_REPLICAS = 5
 
 # A Go duration as nats-server parses it ("2m", "1.5s", "1h30m", "100ms").
-_DURATION = re.compile(r"(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+")
+_DURATION_PART = r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)"
+_DURATION = re.compile(f"(?:{_DURATION_PART})+")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def duration_seconds(duration: str) -> float:
+    """A Go duration checked by parse_settings ("1m30s") in seconds (nats-py's unit)."""
+    return sum(float(n) * _UNIT_S[u] for n, u in re.findall(_DURATION_PART, duration))
 
 
 def find_binary(path: str | None = None) -> str:

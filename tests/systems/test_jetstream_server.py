@@ -7,9 +7,12 @@ from importlib import metadata
 
 import pytest
 
+from logquake.cluster.cluster import fuse_usable
 from logquake.cluster.lifecycle import NodeSpec
 from logquake.errors import ConfigError, MissingPrerequisite
+from logquake.history import INVOKE, Op
 from logquake.systems.jetstream import server
+from logquake.systems.jetstream.client import JetStreamClient
 from logquake.systems.jetstream.server import (
     JetStreamLifecycle,
     JetStreamSettings,
@@ -88,11 +91,20 @@ def test_nats_server_accepts_the_rendered_config(tmp_path, sync):
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+def test_routes_count_by_name_or_for_old_servers_by_id():
+    named = {"routes": [{"remote_name": "n2", "remote_id": "A"}, {"remote_name": "n2", "remote_id": "A"}]}
+    assert server._unrouted(named, ["n2", "n3"]) == "no route to n3"
+    old = {"routes": [{"remote_id": "A"}, {"remote_id": "B"}]}
+    assert server._unrouted(old, ["n2", "n3"]) is None
+    assert server._unrouted({"routes": []}, ["n2"]) == "no route to n2"
+    assert server._unrouted({"routes": None}, []) is None
+
+
 def test_three_nodes_come_up_ready_and_sync_always_reaches_the_server(tmp_path):
     lc = local_lifecycle(tmp_path, settings=JetStreamSettings(sync_interval="always"))
     with running(lc):
         assert all(lc.not_ready(s.name) is None for s in lc.specs)
-        jsz = server._get_json(f"http://127.0.0.1:{lc.monitor_port('n1')}/jsz")
+        jsz = lc.monitoring("n1", "jsz")
         assert jsz["config"]["sync_always"] is True
         assert jsz["config"]["store_dir"].startswith(str(tmp_path / "n1" / "data"))
         lc.kill("n3")
@@ -100,3 +112,31 @@ def test_three_nodes_come_up_ready_and_sync_always_reaches_the_server(tmp_path):
         lc.wipe("n3")
         lc.start("n3")
         lc.wait_ready(timeout=30)
+
+
+@pytest.mark.skipif(not fuse_usable(), reason="LazyFS needs a usable /dev/fuse")
+def test_a_power_loss_reaches_the_store_and_sync_always_keeps_acked_messages(tmp_path):
+    lc = local_lifecycle(tmp_path, n=1, settings=JetStreamSettings(sync_interval="always"), lazyfs=True)
+    with running(lc):
+        assert (tmp_path / "n1" / "data" / ".lazyfs").exists(), "the store is on LazyFS"
+        c = JetStreamClient(replicas=1, op_timeout=4.0)
+        c.open(lc.bootstrap())
+        try:
+            sent = [c.invoke(_op("send", [["send", 1, v]])).value[0][2] for v in (1, 2, 3)]
+        finally:
+            c.close()
+        lc.kill("n1")
+        lc.drop_unsynced("n1")
+        lc.start("n1")
+        lc.wait_ready(timeout=20)
+        c = JetStreamClient(replicas=1, op_timeout=4.0)
+        c.open(lc.bootstrap())
+        try:
+            c.invoke(_op("assign", [1], seek_to_beginning=True))
+            assert c.invoke(_op("poll", [["poll"]])).value == [["poll", {"1": sent}]]
+        finally:
+            c.close()
+
+
+def _op(f, value, **extra) -> Op:
+    return Op(process=0, type=INVOKE, f=f, value=value, extra=extra)

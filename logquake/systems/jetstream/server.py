@@ -303,6 +303,11 @@ class JetStreamLifecycle(PidSignals):
 
     # -- readiness -----------------------------------------------------------------------
 
+    def monitoring(self, node: str, path: str) -> dict[str, Any]:
+        """What the node's monitoring port answers at `path` ("jsz?streams=true", "healthz", ...)."""
+        s = self.spec(node)
+        return _get_json(f"http://{s.address}:{self.monitor_port(node)}/{path}")
+
     def not_ready(self, node: str) -> str | None:
         """Why `node` is not ready yet, or None when it is.
 
@@ -311,18 +316,12 @@ class JetStreamLifecycle(PidSignals):
         JetStream's meta group is current on this server) says ok. Before that, a stream
         create or a publish would wait or fail for reasons that are not the test's faults.
         """
-        s = self.spec(node)
-        base = f"http://{s.address}:{self.monitor_port(node)}"
         try:
-            routes = _get_json(f"{base}/routez")
-            jsz = _get_json(f"{base}/jsz")
-            health = _get_json(f"{base}/healthz")
+            routes, jsz, health = (self.monitoring(node, p) for p in ("routez", "jsz", "healthz"))
         except (OSError, ValueError) as e:
             return f"monitoring port not answering ({e})"
-        peers = {r.get("remote_name") for r in routes.get("routes") or []}
-        missing = sorted(o.name for o in self.specs if o.name != node and o.name not in peers)
-        if missing:
-            return f"no route to {', '.join(missing)}"
+        if (missing := _unrouted(routes, [o.name for o in self.specs if o.name != node])) is not None:
+            return missing
         if len(self.specs) > 1 and not (jsz.get("meta_cluster") or {}).get("leader"):
             return "no JetStream meta leader"
         if health.get("status") != "ok":
@@ -342,6 +341,20 @@ class JetStreamLifecycle(PidSignals):
                 raise HostError(",".join(reasons), "wait_ready", -1,
                                 f"not ready after {timeout:.0f} s: {detail}" + (f" (not running: {down})" if down else ""))
             time.sleep(0.1)
+
+
+def _unrouted(routez: Mapping[str, Any], others: Sequence[str]) -> str | None:
+    """Which of the other servers `routez` shows no route to, or None when it has them all.
+
+    Servers before 2.10 do not name a route's remote server: then distinct remote ids count.
+    """
+    routes = routez.get("routes") or []
+    names = {r["remote_name"] for r in routes if r.get("remote_name")}
+    if names or not routes:
+        missing = sorted(set(others) - names)
+        return f"no route to {', '.join(missing)}" if missing else None
+    ids = {r.get("remote_id") for r in routes}
+    return None if len(ids) >= len(others) else f"routes to {len(ids)} of {len(others)} other servers"
 
 
 # Straight to the node: an http_proxy in the environment must never see the lab's addresses.

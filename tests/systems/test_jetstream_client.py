@@ -5,9 +5,11 @@ Start servers: run under the heavy lock.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
-from logquake.history import INFO, INVOKE, OK, Op
+from logquake.history import FAIL, INFO, INVOKE, OK, Op
 from logquake.systems.jetstream.client import JetStreamClient
 from logquake.workloads.client import Validated
 
@@ -95,41 +97,43 @@ def test_subscribers_share_a_durable_consumer(cluster):
         c.close()
 
 
-def test_a_send_in_flight_when_its_followers_die_is_info_not_fail(tmp_path):
+@contextlib.contextmanager
+def _stream_on_three(tmp_path, k):
+    """A fresh 3-node cluster holding stream lq-<k> with one message; yields it and the stream's leader."""
     with running(local_lifecycle(tmp_path)) as lc:
         c = _client(lc)
         try:
-            assert _send(c, 5, 1).type == OK
-            leader = stream_leader(lc, "lq-5")
+            assert _send(c, k, 1).type == OK
         finally:
             c.close()
-        # Connected to the leader alone, which takes the message but can never get it
-        # replicated: whether it stored it is unknown, and that is what the history must say.
-        c = _client(lc, node=leader)
-        try:
-            for s in lc.specs:
-                if s.name != leader:
-                    lc.kill(s.name)
-            done = _send(c, 5, 2)
-            assert done.type == INFO and done.value == [["send", 5, 2]], done
-        finally:
-            c.close()
+        yield lc, stream_leader(lc, f"lq-{k}")
+
+
+def _send_alone(lc, node, k, v) -> Op:
+    c = _client(lc, node=node)
+    try:
+        return _send(c, k, v)
+    finally:
+        c.close()
+
+
+def test_a_send_in_flight_when_its_followers_die_is_info_not_fail(tmp_path):
+    with _stream_on_three(tmp_path, 5) as (lc, leader):
+        for s in lc.specs:
+            if s.name != leader:
+                lc.kill(s.name)
+        # The leader takes the message but can never get it replicated: whether it stored
+        # it is unknown, and that is what the history must say.
+        done = _send_alone(lc, leader, 5, 2)
+        assert done.type == INFO and done.value == [["send", 5, 2]], done
 
 
 def test_a_send_no_server_listens_for_is_fail(tmp_path):
-    with running(local_lifecycle(tmp_path)) as lc:
-        c = _client(lc)
-        try:
-            assert _send(c, 6, 1).type == OK
-            leader = stream_leader(lc, "lq-6")
-            lc.kill(leader)
-            for s in lc.specs:
-                if s.name != leader:
-                    lc.kill(s.name)
-                    break
-            # The survivor is a follower without a quorum to elect itself: it has no
-            # subscriber for lq.6 and answers no-responders, so nothing was stored.
-            done = _send(c, 6, 2)
-            assert done.type == "fail" and "NoStreamResponseError" in done.get("error"), done
-        finally:
-            c.close()
+    with _stream_on_three(tmp_path, 6) as (lc, leader):
+        follower, survivor = [s.name for s in lc.specs if s.name != leader]
+        lc.kill(leader)
+        lc.kill(follower)
+        # The survivor is a follower without a quorum to elect itself: it has no subscriber
+        # for lq.6 and answers no-responders, so nothing was stored.
+        done = _send_alone(lc, survivor, 6, 2)
+        assert done.type == FAIL and "NoStreamResponseError" in done.get("error"), done

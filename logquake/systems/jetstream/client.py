@@ -1,0 +1,350 @@
+"""The nats-py adapter for the queue workload, against NATS JetStream.
+
+How the queue's words map onto JetStream:
+
+- key k is stream `lq-<k>` holding the one subject `lq.<k>`, with `replicas` replicas and
+  file storage. A stream is created on the first send that finds nobody listening on its
+  subject (the broker's auto-creation of topics, done by the client); creating an existing
+  stream with the same config is a no-op, so racing creators agree.
+- offset is the stream sequence: the PubAck's `seq` for a send, the stored message's
+  sequence for a read. Sequences start at 1 (Kafka offsets at 0); nothing in the history
+  assumes where a log starts.
+- send publishes and waits for the PubAck, retrying (per `producer.retries`, unbounded
+  within the op's time by default) on anything that may be transient. With
+  `producer.idempotence` every attempt of a send carries the same `Nats-Msg-Id`
+  (`<k>-<v>`, values being unique per key): the stream stores it once within its
+  duplicate window, and the PubAck of a duplicate carries the original sequence, so the
+  checker's duplicate analysis tests the server's dedup. Without it retries may store a
+  value twice, as Kafka's at-least-once producer does.
+- assign is a consumer with no server-side state at all, as an assigned Kafka consumer
+  that commits nothing: the client keeps a position per key and a poll reads each
+  assigned stream in sequence order from there with the stream's get-message API (the
+  next stored message at or after the position, answered by the stream leader), so a
+  poll reports exactly the messages the server returned, in the order it returned them.
+  An ephemeral JetStream consumer was not used for this: its delivery pointer moves on
+  when it sends, so a message in flight when a fetch gives up would be skipped by the
+  next fetch, and the harness would report a skip it caused itself.
+- subscribe is JetStream's shared durable consumer, the closest thing to a consumer
+  group: one durable pull consumer `lq-group` per stream, bound by every subscribing
+  client; the server keeps the position and splits the messages among the clients that
+  fetch, and a message is acked after an ok poll returned it (Kafka's auto-commit after
+  processing). A message fetched by a poll that ends info is not acked and is delivered
+  again after `ACK_WAIT_S`.
+- crash is the runner's: it closes this client (the connection drops) and opens a new one.
+- transactions are not driven: JetStream's atomic batches (server 2.12+) are the
+  analogue, and a System without "transactions" refuses `--txn` at config load.
+
+nats-py is asyncio and the runner's workers are threads: each client runs its own event
+loop on a thread of its own, and `invoke` hands an op to it and waits for the completion.
+Errors are classified in `_FAIL` only (everything unlisted is info, DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js import api
+
+from logquake.errors import ConfigError
+from logquake.history import FAIL, INFO, OK, Op
+from logquake.systems.jetstream.server import duration_seconds
+from logquake.workloads.client import TOPIC_PREFIX, QueueClient, add_polled, complete, seek_back
+
+log = logging.getLogger("logquake.client.nats-py")
+
+FIRST_SEQ = 1  # a stream's first sequence
+GROUP = "lq-group"  # the durable consumer subscribers share
+ACK_WAIT_S = 5.0  # a subscriber's unacked message is delivered again after this
+READ_BATCH = 100  # messages a poll reads per key at most
+PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
+RETRY_BACKOFF = 0.1
+
+# Exceptions that mean "certainly not stored". Each entry says why.
+_FAIL: dict[type[BaseException], str] = {
+    # The server the client is connected to found no subscriber for the subject (no
+    # stream, or none it knows of) and answered 503 instead of forwarding the message.
+    nats.js.errors.NoStreamResponseError: "no responders, the message went nowhere",
+    # nats-py refuses these before writing anything to the socket.
+    nats.errors.OutboundBufferLimitError: "the reconnect buffer was full, never sent",
+    nats.errors.MaxPayloadError: "larger than the server's max_payload, never sent",
+    nats.errors.BadSubjectError: "invalid subject, never sent",
+}
+
+
+def classify(e: BaseException) -> str:
+    """`fail` if `e` guarantees the message was not stored, else `info`."""
+    return FAIL if type(e) in _FAIL else INFO
+
+
+def stream_name(k: int) -> str:
+    return f"{TOPIC_PREFIX}{k}"
+
+
+def subject(k: int) -> str:
+    return f"lq.{k}"
+
+
+def msg_id(k: int, v: Any) -> str:
+    return f"{k}-{v}"
+
+
+def _err_text(e: BaseException | str) -> str:
+    return e if isinstance(e, str) else f"{type(e).__name__}: {e}"
+
+
+class _Loop:
+    """An asyncio event loop on its own daemon thread, called into synchronously."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="nats-loop")
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+        """The coroutine's result; TimeoutError (and the coroutine cancelled) after timeout."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise TimeoutError(f"no answer within {timeout:.1f} s") from None
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=2.0)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class JetStreamClient(QueueClient):
+    """One NATS connection performing the queue workload's ops; see the module docstring."""
+
+    def __init__(self, *, replicas: int = 3, duplicate_window: str | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        if self.txn:
+            raise ConfigError("txn", "the JetStream adapter drives no transactions")
+        if self.keymap.partitions != 1:
+            raise ConfigError("partitions", "JetStream keys are streams of one subject: partitions must be 1")
+        self.replicas = replicas
+        self.duplicate_window = duplicate_window
+        self.idempotent = bool(self.producer_settings.get("idempotence", False))
+        retries = self.producer_settings.get("retries")
+        self.retries = None if retries is None else int(retries)
+        self._loop: _Loop | None = None
+        self._nc: Any = None
+        self._js: Any = None
+        self._subs: dict[int, Any] = {}  # subscribe: key -> pull subscription on GROUP
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def open(self, bootstrap_servers: str) -> None:
+        """Connect to any of the comma-separated nats:// URLs; reconnects on its own afterwards."""
+        self._bootstrap = bootstrap_servers
+        self._loop = _Loop()
+        try:
+            self._nc = self._loop.run(nats.connect(
+                servers=bootstrap_servers.split(","), connect_timeout=2, reconnect_time_wait=0.2,
+                max_reconnect_attempts=-1, allow_reconnect=True, ping_interval=2, max_outstanding_pings=2,
+                error_cb=_log_error, disconnected_cb=_ignore, reconnected_cb=_ignore, closed_cb=_ignore,
+            ), timeout=10.0)
+        except BaseException:
+            self._loop.stop()
+            self._loop = None
+            raise
+        self._js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT)
+
+    def close(self) -> None:
+        loop, nc, self._loop, self._nc, self._js = self._loop, self._nc, None, None, None
+        self._subs = {}
+        if loop is None:
+            return
+        try:
+            if nc is not None:
+                loop.run(nc.close(), timeout=2.0)
+        except BaseException:  # noqa: BLE001 - close never raises
+            pass
+        loop.stop()
+
+    def _run(self, op: Op, coro: Coroutine[Any, Any, Op]) -> Op:
+        """Run one op's coroutine on the loop; a call with no answer in time is info."""
+        assert self._loop is not None
+        try:
+            return self._loop.run(coro, timeout=self.op_timeout + 1.0)
+        except TimeoutError as e:
+            return complete(op, INFO, op.value, error=f"timeout: {e}")
+
+    # -- assign / subscribe -----------------------------------------------------------
+
+    def _assign(self, op: Op) -> Op:
+        keys = list(op.value)
+        if op.get("seek_to_beginning"):
+            for k in keys:
+                self.position[k] = FIRST_SEQ
+        if self.subscribed:
+            assert self._loop is not None
+            try:
+                self._loop.run(self._unsubscribe(), timeout=self.op_timeout)
+            except TimeoutError as e:
+                log.info("unsubscribe: %s", e)  # the server drops the interest with the connection
+            self.subscribed = False
+        # Positions live in this client: assigning asks nothing of the server.
+        self.assigned = keys
+        return complete(op, OK, op.value)
+
+    async def _unsubscribe(self) -> None:
+        subs, self._subs = self._subs, {}
+        for s in subs.values():
+            try:
+                await s.unsubscribe()
+            except Exception as e:  # noqa: BLE001 - the durable consumer stays, bound or not
+                log.info("unsubscribe: %s", _err_text(e))
+
+    def _subscribe(self, op: Op) -> Op:
+        return self._run(op, self._asubscribe(op))
+
+    async def _asubscribe(self, op: Op) -> Op:
+        await self._unsubscribe()
+        try:
+            for k in op.value:
+                await self._ensure_stream(k)
+                self._subs[k] = await self._js.pull_subscribe(
+                    subject(k), durable=GROUP, stream=stream_name(k),
+                    config=api.ConsumerConfig(ack_policy=api.AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S,
+                                              deliver_policy=api.DeliverPolicy.ALL))
+        except Exception as e:  # noqa: BLE001
+            # Creating an empty stream or binding a consumer adds or removes no message.
+            await self._unsubscribe()
+            return complete(op, FAIL, op.value, error=_err_text(e))
+        self.assigned = list(op.value)
+        self.subscribed = True
+        return complete(op, OK, op.value)
+
+    async def _ensure_stream(self, k: int) -> None:
+        cfg = api.StreamConfig(name=stream_name(k), subjects=[subject(k)], num_replicas=self.replicas,
+                               storage=api.StorageType.FILE)
+        if self.duplicate_window is not None:
+            cfg.duplicate_window = duration_seconds(self.duplicate_window)
+        await self._js.add_stream(cfg)
+
+    # -- send / poll ------------------------------------------------------------------
+
+    def _plain(self, op: Op) -> Op:
+        return self._run(op, self._aplain(op))
+
+    async def _aplain(self, op: Op) -> Op:
+        value = [list(m) for m in op.value]
+        acks: list[Any] = []  # subscribe: messages to ack once the op is ok
+        for i, m in enumerate(value):
+            if m[0] == "send":
+                _, k, v = m
+                outcome = await self._publish(k, v)
+                if isinstance(outcome, tuple):
+                    return complete(op, outcome[0], value, error=outcome[1])
+                value[i] = ["send", k, [outcome, v]]
+            else:
+                polled: dict[str, list[list[Any]]] = {}
+                value[i] = ["poll", polled]
+                err = await (self._fetch(polled, acks) if self.subscribed else self._read(polled))
+                if err is not None:
+                    self._seek_back(value)
+                    return complete(op, INFO, value, error=_err_text(err))
+        for msg in acks:
+            try:
+                await msg.ack()
+            except Exception as e:  # noqa: BLE001 - unacked: delivered again, a read twice at worst
+                log.info("ack: %s", _err_text(e))
+        return complete(op, OK, value)
+
+    async def _publish(self, k: int, v: Any) -> int | tuple[str, str]:
+        """The stored message's sequence, or (fail|info, why) when no PubAck came."""
+        headers = {"Nats-Msg-Id": msg_id(k, v)} if self.idempotent else None
+        deadline = asyncio.get_running_loop().time() + self.op_timeout
+        # Retries are counted among attempts that may have stored the message: trying again
+        # after a certain non-store (no stream yet, say) can never write a value twice.
+        maybe_stored, verdict, errors = 0, FAIL, []
+        while True:
+            try:
+                ack = await self._js.publish(subject(k), str(v).encode(), timeout=PUBLISH_TIMEOUT,
+                                             headers=dict(headers) if headers else None)
+                return ack.seq
+            except Exception as e:  # noqa: BLE001 - classified below
+                errors.append(_err_text(e))
+                # One attempt that may have stored the message makes the whole send unknown.
+                if classify(e) == INFO:
+                    verdict = INFO
+                    maybe_stored += 1
+                if isinstance(e, nats.js.errors.NoStreamResponseError):
+                    try:
+                        await self._ensure_stream(k)
+                    except Exception as ce:  # noqa: BLE001 - creating a stream stores no message
+                        errors.append(f"creating {stream_name(k)}: {_err_text(ce)}")
+            left = deadline - asyncio.get_running_loop().time()
+            if (self.retries is not None and maybe_stored > self.retries) or left < PUBLISH_TIMEOUT:
+                return verdict, "; ".join(errors[-3:])
+            await asyncio.sleep(RETRY_BACKOFF)
+
+    async def _read(self, polled: dict[str, list[list[Any]]]) -> BaseException | None:
+        """assign: read every assigned stream onwards from this client's position."""
+        results = await asyncio.gather(*(self._read_key(k) for k in self.assigned), return_exceptions=True)
+        err = None
+        for k, res in zip(self.assigned, results, strict=True):
+            if isinstance(res, BaseException):
+                err = err or res
+                continue
+            for seq, v in res:
+                add_polled(polled, k, seq, v)
+                self.position[k] = seq + 1
+        return err
+
+    async def _read_key(self, k: int) -> list[tuple[int, int]]:
+        got: list[tuple[int, int]] = []
+        seq = self.position.get(k, FIRST_SEQ)
+        while len(got) < READ_BATCH:
+            try:
+                msg = await self._js.get_msg(stream_name(k), seq=seq, subject=subject(k), next=True)
+            except nats.js.errors.NotFoundError:
+                break  # no message at or after seq (or no stream yet): read up to the end
+            got.append((msg.seq, int(msg.data)))
+            seq = msg.seq + 1
+        return got
+
+    async def _fetch(self, polled: dict[str, list[list[Any]]], acks: list[Any]) -> BaseException | None:
+        """subscribe: whatever the shared consumer of each subscribed stream delivers now."""
+        keys = list(self._subs)
+        results = await asyncio.gather(*(self._fetch_key(k) for k in keys), return_exceptions=True)
+        err = None
+        for k, res in zip(keys, results, strict=True):
+            if isinstance(res, BaseException):
+                err = err or res
+                continue
+            for msg in res:
+                add_polled(polled, k, msg.metadata.sequence.stream, int(msg.data))
+                acks.append(msg)
+        return err
+
+    async def _fetch_key(self, k: int) -> list[Any]:
+        try:
+            return await self._subs[k].fetch(batch=READ_BATCH, timeout=self.poll_timeout)
+        except nats.errors.TimeoutError:
+            return []  # nothing to deliver within poll_timeout
+
+    def _seek_back(self, value: list[list[Any]]) -> None:
+        # An info poll read nothing as far as the checker is concerned: read it again.
+        if not self.subscribed:
+            self.position.update(seek_back(value))
+
+
+async def _log_error(e: Exception) -> None:
+    log.debug("nats: %s", _err_text(e))
+
+
+async def _ignore() -> None:
+    return None

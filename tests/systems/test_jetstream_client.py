@@ -1,0 +1,139 @@
+"""The nats-py adapter against real nats-server processes: offsets, dedup, fail/info, reads.
+
+Start servers: run under the heavy lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from logquake.history import FAIL, INFO, INVOKE, OK, Op
+from logquake.systems.jetstream.client import JetStreamClient
+from logquake.workloads.client import Validated
+
+from .jskit import local_lifecycle, running, stream_leader
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with running(local_lifecycle(tmp_path_factory.mktemp("js"))) as lc:
+        yield lc
+
+
+def _client(lc, *, node: str | None = None, **kw) -> Validated:
+    """A client of the cluster, or of `node` alone."""
+    c = Validated(JetStreamClient(replicas=3, op_timeout=4.0, **kw))
+    if node is None:
+        c.open(lc.bootstrap())
+    else:
+        c.open(f"nats://{lc.spec(node).address}:{lc.spec(node).kafka_port}")
+    return c
+
+
+def _op(f, value, **extra) -> Op:
+    return Op(process=0, type=INVOKE, f=f, value=value, extra=extra)
+
+
+def _send(c, k, v) -> Op:
+    return c.invoke(_op("send", [["send", k, v]]))
+
+
+def _read_all(c, k) -> list[list[int]]:
+    assert c.invoke(_op("assign", [k], seek_to_beginning=True)).type == OK
+    done = c.invoke(_op("poll", [["poll"]]))
+    assert done.type == OK, done
+    return done.value[0][1].get(str(k), [])
+
+
+def test_offsets_are_stream_sequences_and_polls_read_them_in_order(cluster):
+    c = _client(cluster)
+    try:
+        sent = [_send(c, 1, v) for v in (10, 11, 12)]
+        assert [(d.type, d.value) for d in sent] == [(OK, [["send", 1, [i, v]]]) for i, v in ((1, 10), (2, 11), (3, 12))]
+        assert _read_all(c, 1) == [[1, 10], [2, 11], [3, 12]]
+        # The position moved past what was read: the next poll reads only what is new.
+        _send(c, 1, 13)
+        assert c.invoke(_op("poll", [["poll"]])).value == [["poll", {"1": [[4, 13]]}]]
+        assert c.invoke(_op("poll", [["poll"]])).value == [["poll", {}]]
+    finally:
+        c.close()
+
+
+def test_the_same_msg_id_twice_is_stored_once_and_acked_with_the_original_sequence(cluster):
+    c = _client(cluster, producer={"idempotence": True})
+    try:
+        _send(c, 2, 1)
+        first, again = _send(c, 2, 2), _send(c, 2, 2)  # a retry: same key, same value, same Msg-Id
+        assert first.value == again.value == [["send", 2, [2, 2]]]
+        assert _read_all(c, 2) == [[1, 1], [2, 2]]
+    finally:
+        c.close()
+
+
+def test_without_idempotence_a_retried_value_is_stored_twice(cluster):
+    c = _client(cluster, producer={"idempotence": False})
+    try:
+        assert [_send(c, 3, 7).value for _ in range(2)] == [[["send", 3, [1, 7]]], [["send", 3, [2, 7]]]]
+        assert _read_all(c, 3) == [[1, 7], [2, 7]]
+    finally:
+        c.close()
+
+
+def test_subscribers_share_a_durable_consumer(cluster):
+    c = _client(cluster)
+    try:
+        _send(c, 4, 1)
+        _send(c, 4, 2)
+        assert c.invoke(_op("subscribe", [4])).type == OK
+        done = c.invoke(_op("poll", [["poll"]]))
+        assert done.type == OK and done.value == [["poll", {"4": [[1, 1], [2, 2]]}]]
+        # Acked after the ok poll: the group does not deliver them again.
+        assert c.invoke(_op("poll", [["poll"]])).value == [["poll", {}]]
+        # And assign leaves the group for reads by position.
+        assert _read_all(c, 4) == [[1, 1], [2, 2]]
+    finally:
+        c.close()
+
+
+@contextlib.contextmanager
+def _stream_on_three(tmp_path, k):
+    """A fresh 3-node cluster holding stream lq-<k> with one message; yields it and the stream's leader."""
+    with running(local_lifecycle(tmp_path)) as lc:
+        c = _client(lc)
+        try:
+            assert _send(c, k, 1).type == OK
+        finally:
+            c.close()
+        yield lc, stream_leader(lc, f"lq-{k}")
+
+
+def _send_alone(lc, node, k, v) -> Op:
+    c = _client(lc, node=node)
+    try:
+        return _send(c, k, v)
+    finally:
+        c.close()
+
+
+def test_a_send_in_flight_when_its_followers_die_is_info_not_fail(tmp_path):
+    with _stream_on_three(tmp_path, 5) as (lc, leader):
+        for s in lc.specs:
+            if s.name != leader:
+                lc.kill(s.name)
+        # The leader takes the message but can never get it replicated: whether it stored
+        # it is unknown, and that is what the history must say.
+        done = _send_alone(lc, leader, 5, 2)
+        assert done.type == INFO and done.value == [["send", 5, 2]], done
+
+
+def test_a_send_no_server_listens_for_is_fail(tmp_path):
+    with _stream_on_three(tmp_path, 6) as (lc, leader):
+        follower, survivor = [s.name for s in lc.specs if s.name != leader]
+        lc.kill(leader)
+        lc.kill(follower)
+        # The survivor is a follower without a quorum to elect itself: it has no subscriber
+        # for lq.6 and answers no-responders, so nothing was stored.
+        done = _send_alone(lc, survivor, 6, 2)
+        assert done.type == FAIL and "NoStreamResponseError" in done.get("error"), done

@@ -4,15 +4,16 @@ One run of the queue workload with transactions against the lab's embedded broke
 partition, kill, pause, clock and disk faults. Every `--interval` s (10) this script samples,
 with psutil, the harness process and every process named by a pid file in a node's directory
 (the broker, and LazyFS while disk faults are on): resident memory, open file descriptors and
-threads; and the history's size (bytes and ops) and the run's phase (harness.log's last
+threads; and the history's size (bytes and lines) and the run's phase (harness.log's last
 `phase` line). It writes DIR/soak.csv (one row per sample and metric), DIR/soak.html (plotly,
 self-contained: no PNG export offline) and the run's own directory under DIR/run/.
 
 Growth without bound, judged per process (a killed broker's successor is a new series) and
 metric over the samples of the main phase, is a least-squares slope over the last half of
-them above THRESHOLD_PER_HOUR times their median per hour: the first half is the warm-up
-(connections, caches, the interpreter's arenas), the last half is where a leak shows as a
-trend rather than a level. A sawtooth (a GC, a buffer that fills and flushes) fits a slope
+them above THRESHOLD_PER_HOUR times their median per hour by more than two standard errors:
+the first half is the warm-up (connections, caches, the interpreter's arenas), the last half
+is where a leak shows as a trend rather than a level, and a slope within the series' noise
+is no trend. A sawtooth (a GC, a buffer that fills and flushes) fits a slope
 near zero once the window spans a few of its teeth. The history itself is recorded, not
 judged: it grows with the ops by design, and the harness's memory is what must not follow it.
 A short run judges a short window: a single extra thread over 90 s extrapolates to dozens an
@@ -48,7 +49,7 @@ NEMESIS = "partition,kill,pause,clock,disk"
 HARNESS, HISTORY = "harness", "history"
 MAIN = "main"  # the runner's phase with workload and faults (logquake.workloads.generator.MAIN)
 METRICS = {"rss_mb": "resident memory (MB)", "fds": "open file descriptors", "threads": "threads",
-           "history_mb": "history (MB)", "history_ops": "history (ops)"}
+           "history_mb": "history (MB)", "history_lines": "history (lines: invocations and completions)"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +72,7 @@ class Growth:
     samples: int  # in the judged last half
     median: float
     slope_per_hour: float  # the series' units per hour
+    stderr_per_hour: float  # the slope's standard error, same units
     relative_per_hour: float  # slope_per_hour / median
     grows: bool
 
@@ -78,7 +80,10 @@ class Growth:
 def growth(series: str, times: Sequence[float], values: Sequence[float], *,
            threshold: float = THRESHOLD_PER_HOUR) -> Growth | None:
     """Least-squares slope over the last half of the samples, per hour and relative to their
-    median; it grows when that exceeds `threshold`. None when too few samples to judge."""
+    median. It grows when the slope exceeds `threshold` x median per hour by more than two
+    standard errors: a slope the series' own noise explains is not a trend (a 90 s window of
+    a descriptor count that swings by 20 fits +900 an hour either way). None when too few
+    samples to judge."""
     if len(times) != len(values):
         raise ValueError(f"{series}: {len(times)} times but {len(values)} values")
     if len(times) < MIN_SAMPLES:
@@ -88,13 +93,16 @@ def growth(series: str, times: Sequence[float], values: Sequence[float], *,
     t_mean, v_mean = statistics.fmean(ts), statistics.fmean(vs)
     spread = sum((t - t_mean) ** 2 for t in ts)
     slope = sum((t - t_mean) * (v - v_mean) for t, v in zip(ts, vs, strict=True)) / spread if spread else 0.0
-    per_hour, median = slope * 3600.0, statistics.median(vs)
+    residuals = sum((v - v_mean - slope * (t - t_mean)) ** 2 for t, v in zip(ts, vs, strict=True))
+    stderr = math.sqrt(residuals / (len(ts) - 2) / spread) if spread and len(ts) > 2 else math.inf
+    per_hour, err_per_hour, median = slope * 3600.0, stderr * 3600.0, statistics.median(vs)
     if median > 0:
         relative = per_hour / median
     else:
         relative = math.inf if per_hour > 0 else 0.0
+    grows = per_hour - 2 * err_per_hour > threshold * median
     return Growth(series=series, samples=len(vs), median=median, slope_per_hour=per_hour,
-                  relative_per_hour=relative, grows=relative > threshold)
+                  stderr_per_hour=err_per_hour, relative_per_hour=relative, grows=grows)
 
 
 def judge(samples: Iterable[Sample], *, threshold: float = THRESHOLD_PER_HOUR) -> list[Growth]:
@@ -174,7 +182,7 @@ class _RunWatch:
 
     def __init__(self, results: Path) -> None:
         self.results, self.dir = results, None
-        self.phase, self.ops = "setup", 0
+        self.phase, self.lines = "setup", 0
         self._log: _Tail | None = None
         self._history: _Tail | None = None
 
@@ -188,7 +196,7 @@ class _RunWatch:
         for line in self._log.read().decode(errors="replace").splitlines():
             if m := _PHASE.search(line):
                 self.phase = m[1]
-        self.ops += self._history.read().count(b"\n")
+        self.lines += self._history.read().count(b"\n")
 
     def history_bytes(self) -> int:
         try:
@@ -228,10 +236,10 @@ def sample_once(t: float, harness: int, watch: _RunWatch) -> list[Sample]:
     out = []
     for process, pid in [(HARNESS, harness), *watch.processes().items()]:
         for metric, value in (_measure(pid) or {}).items():
-            out.append(Sample(t=t, phase=watch.phase, process=process, pid=pid, metric=metric, value=value))
+            out.append(Sample(t=t, phase=watch.phase, process=process, pid=pid, metric=metric, value=round(value, 3)))
     out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="history_mb",
-                      value=watch.history_bytes() / 2**20))
-    out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="history_ops", value=float(watch.ops)))
+                      value=round(watch.history_bytes() / 2**20, 3)))
+    out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="history_lines", value=float(watch.lines)))
     return out
 
 
@@ -258,11 +266,11 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
         while proc.poll() is None:
             now = time.monotonic()
             if now >= due:
-                got = sample_once(now - t0, proc.pid, watch)
+                got = sample_once(round(now - t0, 3), proc.pid, watch)
                 samples += got
                 rss = next((s.value for s in got if s.process == HARNESS and s.metric == "rss_mb"), 0.0)
                 progress.update(task, completed=min(seconds, now - t0), description=(
-                    f"{watch.phase}: {watch.ops:,} history lines, harness {rss:.0f} MB, "
+                    f"{watch.phase}: {watch.lines:,} history lines, harness {rss:.0f} MB, "
                     f"{len(watch.processes())} node processes"))
                 due += a.interval
             try:
@@ -303,7 +311,7 @@ def write_plot(path: Path, samples: Sequence[Sample], threshold: float) -> None:
     fig.update_xaxes(title_text="minutes", row=len(metrics), col=1)
     fig.update_layout(height=260 * len(metrics), title=(
         f"logquake soak: main phase shaded; a series grows when its slope over the last half of the main "
-        f"phase exceeds {threshold:g} x its median per hour"))
+        f"phase exceeds {threshold:g} x its median per hour by two standard errors"))
     fig.write_html(path, include_plotlyjs=True)
 
 
@@ -311,11 +319,11 @@ def show(console, growths: Sequence[Growth], threshold: float) -> None:
     from rich.table import Table
 
     table = Table(title=f"growth over the last half of the main phase (threshold {threshold:g} x median per hour)")
-    for col in ("series", "samples", "median", "slope / h", "x median / h", ""):
+    for col in ("series", "samples", "median", "slope / h", "+- 2 se", "x median / h", ""):
         table.add_column(col, justify="left" if col == "series" else "right")
     for g in growths:
         table.add_row(g.series, str(g.samples), f"{g.median:,.1f}", f"{g.slope_per_hour:+,.1f}",
-                      f"{g.relative_per_hour:+.3f}", "[red]GROWS[/]" if g.grows else "flat")
+                      f"{2 * g.stderr_per_hour:,.1f}", f"{g.relative_per_hour:+.3f}", "[red]GROWS[/]" if g.grows else "flat")
     console.print(table)
 
 
@@ -380,8 +388,8 @@ def main() -> int:
     failed = False
     for g in growths:
         if g.grows:
-            console.print(f"[red]grows[/]: {g.series}: {g.slope_per_hour:+,.1f} per hour = "
-                          f"{g.relative_per_hour:+.3f} x median {g.median:,.1f} per hour > {a.threshold:g}")
+            console.print(f"[red]grows[/]: {g.series}: {g.slope_per_hour:+,.1f} (+-{2 * g.stderr_per_hour:,.1f}) "
+                          f"per hour = {g.relative_per_hour:+.3f} x median {g.median:,.1f} per hour > {a.threshold:g}")
             failed = True
     if not a.judge:
         valid = None if results is None else results.get("valid")

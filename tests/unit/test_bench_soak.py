@@ -68,9 +68,18 @@ def test_the_threshold_is_relative_to_the_median() -> None:
     assert growth("x", _times(), values, threshold=0.05).grows
 
 
+def test_a_slope_within_the_noise_of_a_short_window_does_not_grow() -> None:
+    # A descriptor count that swings by +-20 over 90 s fits ~+900 an hour (2.3 x its median).
+    values = [400, 400, 400, 400, 400, 400, 400, 400, 400, 402, 403, 365, 393, 398, 416, 407, 412, 407]
+    g = growth("fds", _times(18), values)
+    assert g is not None and g.relative_per_hour > 2 and not g.grows
+    steady = growth("rss", _times(18), [130 + i for i in range(9)] + [142, 144, 145, 146, 147, 147, 147, 148, 149])
+    assert steady is not None and steady.grows  # as much rise, little noise: a trend
+
+
 def test_too_few_samples_are_not_judged_and_a_zero_median_rising_grows() -> None:
     assert growth("x", _times(5), [1.0] * 5) is None
-    assert growth("x", _times(6), [0, 0, 0, 0, 0, 1]).grows
+    assert growth("x", _times(6), [0, 0, 0, -1, 0, 1]).grows
     with pytest.raises(ValueError, match="x: 6 times but 5 values"):
         growth("x", _times(6), [1.0] * 5)
 

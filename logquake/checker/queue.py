@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from logquake.checker import final_read
 from logquake.checker.cycles import cycle_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
 from logquake.checker.queue_index import (
@@ -76,6 +77,9 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
     if unseen and unseen["count"]:
         found["unseen"] = unseen["errs"]
         counts["unseen"] = unseen["count"]
+    final = run_safely("final-read", lambda: final_read.analyse(ops), errors)
+    if final is not None and final.cases:
+        found[final_read.LOST] = final.cases
     cyc = run_safely("cycles", lambda: cycle_cases(ix, opts), errors)
     timed_out = False
     if cyc is not None:
@@ -91,7 +95,7 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
     nothing = not ix.txns
     result = _assemble(found, counts, opts, errors, timed_out=timed_out, nothing=nothing, ix=ix)
     result.update(info)
-    return result
+    return final_read.judge(result, final)
 
 
 def _assemble(found, counts, opts, errors, *, timed_out, nothing, ix) -> dict[str, Any]:
@@ -101,7 +105,7 @@ def _assemble(found, counts, opts, errors, *, timed_out, nothing, ix) -> dict[st
         for t in sorted(found, key=lambda t: order.get(t, len(order)))
     }
     out = verdict(
-        anomalies, allowed_types(opts), analysis_errors=errors, timed_out=timed_out, nothing_checked=nothing
+        anomalies, final_read.tolerate(allowed_types(opts)), analysis_errors=errors, timed_out=timed_out, nothing_checked=nothing
     )
     out["anomalies"] = anomalies
     if errors:

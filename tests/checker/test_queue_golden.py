@@ -10,6 +10,9 @@ first op (scipy's csgraph) rather than Tarjan's, which changes which of several 
 short cycles are listed when there are more than `max_examples`. Checked on these cases and
 96 larger ones: every count and every other field unchanged, the same cycle lengths, and
 the same examples wherever all of a type's cycles fit.
+
+Updated twice, deliberately: results gained `final_read` (`{"ran": false, ...}` here, as
+these histories have no final read); with that key removed, every digest was the one before.
 """
 
 from __future__ import annotations
@@ -53,38 +56,38 @@ def digest(result: dict) -> str:
 CASES = [f"{bug}/{txn}/{ww}" for bug in ("none", *BUGS) for txn in ("txn", "plain") for ww in ("ww", "noww")]
 
 EXPECTED = {
-    "none/txn/ww": "f03bc5b0a207acc4",
-    "none/txn/noww": "19af7bbc11535f04",
-    "none/plain/ww": "6a4965c143bf11db",
-    "none/plain/noww": "87205b6421ccd723",
-    "lose-write/txn/ww": "a3bc007f12a7471e",
-    "lose-write/txn/noww": "06ead0028a2df5ee",
-    "lose-write/plain/ww": "0a52ee9bc6aabbf6",
-    "lose-write/plain/noww": "87954a7b70856678",
-    "duplicate/txn/ww": "6195335804d9c079",
-    "duplicate/txn/noww": "ce8bacb409eb59f9",
-    "duplicate/plain/ww": "97f42f4a55dd6135",
-    "duplicate/plain/noww": "c5aea92784093246",
-    "reuse-offset/txn/ww": "939a16a9f20d76ff",
-    "reuse-offset/txn/noww": "ded94d70c9624d07",
-    "reuse-offset/plain/ww": "3e6746a7ea70be18",
-    "reuse-offset/plain/noww": "47cac2c21818f410",
-    "read-aborted/txn/ww": "06da31b73c54d650",
-    "read-aborted/txn/noww": "10c17e7105adbc13",
-    "read-aborted/plain/ww": "5512715e0fce3e0a",
-    "read-aborted/plain/noww": "d85ace8bf105df24",
-    "read-uncommitted/txn/ww": "d1aa7a99caf78d6e",
-    "read-uncommitted/txn/noww": "bd97674377fe8e1e",
-    "read-uncommitted/plain/ww": "efb73808af35c63b",
-    "read-uncommitted/plain/noww": "e0584388578c9ddb",
-    "tear-txn/txn/ww": "429eb64885cd0195",
-    "tear-txn/txn/noww": "6aa6e1bbebf65a53",
-    "tear-txn/plain/ww": "fb6b2347fa62bab8",
-    "tear-txn/plain/noww": "435aeb79bb9faf0d",
-    "reorder/txn/ww": "7bb97163b38f882b",
-    "reorder/txn/noww": "cd8eca9782721f0b",
-    "reorder/plain/ww": "82f11430e8b35dd5",
-    "reorder/plain/noww": "475cdc52471ec092",
+    "none/txn/ww": "42de7e7633d9cdca",
+    "none/txn/noww": "0bc6137842d6b8eb",
+    "none/plain/ww": "286a9687235fba20",
+    "none/plain/noww": "0c646e4af29fd7b9",
+    "lose-write/txn/ww": "bbe4a84e428b04ea",
+    "lose-write/txn/noww": "b27c24d8faf2b830",
+    "lose-write/plain/ww": "26fa75688552b781",
+    "lose-write/plain/noww": "06f30b890733d22c",
+    "duplicate/txn/ww": "8da9d4ce169813af",
+    "duplicate/txn/noww": "1b0aeb0ba8351d82",
+    "duplicate/plain/ww": "9dbb563c60e9f3f4",
+    "duplicate/plain/noww": "88d648b1f91e03b3",
+    "reuse-offset/txn/ww": "11df1f74e14d8cb6",
+    "reuse-offset/txn/noww": "b0c6717b2bde48d3",
+    "reuse-offset/plain/ww": "6d0854f218d2ea6b",
+    "reuse-offset/plain/noww": "c13c4ccb8f381eeb",
+    "read-aborted/txn/ww": "bf1a7c07e0f13f09",
+    "read-aborted/txn/noww": "59bb2a0b564775f9",
+    "read-aborted/plain/ww": "4a6cdebc0c42124e",
+    "read-aborted/plain/noww": "f75c2392d3fb189d",
+    "read-uncommitted/txn/ww": "5d6797c76e291a5a",
+    "read-uncommitted/txn/noww": "093f5434bbda42ec",
+    "read-uncommitted/plain/ww": "8c29488cc386007c",
+    "read-uncommitted/plain/noww": "821e5dc293802d56",
+    "tear-txn/txn/ww": "e6c2d07225c36bbc",
+    "tear-txn/txn/noww": "d2b2aeba2db3917c",
+    "tear-txn/plain/ww": "892399a5aeeada70",
+    "tear-txn/plain/noww": "155ed4718d565d8b",
+    "reorder/txn/ww": "bff55aac24d8e405",
+    "reorder/txn/noww": "547993387a7681fb",
+    "reorder/plain/ww": "2185e0a7471558ce",
+    "reorder/plain/noww": "61d964f6a257c4d9",
 }
 
 

@@ -122,6 +122,47 @@ def test_drain_assigns_all_keys_then_polls_until_highest_offsets_read():
     assert gen.op(ctx) is None
 
 
+def test_drain_ops_are_marked_final():
+    gen = QueueGenerator(seed=11)
+    _drive(gen, 50, workers=1)
+    ctx = Context(worker=0, process=0, phase=DRAIN)
+    op = gen.op(ctx)
+    assert op.get("final") is True
+    gen.update(ctx, Op(process=0, type=OK, f="assign", value=op.value, extra=dict(op.extra)))
+    assert gen.op(ctx).get("final") is True
+
+
+def test_drain_reads_to_the_reported_end_not_the_highest_known_offset():
+    gen = QueueGenerator(seed=11)
+    _drive(gen, 500, workers=1)
+    ctx = Context(worker=0, process=0, phase=DRAIN)
+    op = gen.op(ctx)
+    keys = op.value
+    # The log lost its tail: every key ends at 1, below the offsets acknowledged earlier.
+    ends = {str(k): 1 for k in keys}
+    gen.update(ctx, Op(process=0, type=OK, f="assign", value=keys, extra={"final": True, "ends": ends}))
+    assert gen.op(ctx).f == "poll"
+    # A position at the end is enough, whatever the poll returned (markers are not records).
+    positions = {str(k): 1 for k in keys}
+    gen.update(ctx, Op(process=0, type=OK, f="poll", value=[["poll", {}]],
+                       extra={"final": True, "positions": positions}))
+    assert gen.op(ctx) is None
+
+
+def test_drain_falls_back_to_the_highest_known_offset_where_the_end_is_unknown():
+    gen = QueueGenerator(seed=11)
+    _drive(gen, 500, workers=1)
+    ctx = Context(worker=0, process=0, phase=DRAIN)
+    keys = gen.op(ctx).value
+    unknown = keys[0]
+    ends = {str(k): 0 for k in keys} | {str(unknown): None}
+    gen.update(ctx, Op(process=0, type=OK, f="assign", value=keys, extra={"final": True, "ends": ends}))
+    assert gen.op(ctx).f == "poll"
+    gen.update(ctx, Op(process=0, type=OK, f="poll",
+                       value=[["poll", {str(unknown): [[gen.highest[unknown], 0]]}]], extra={"final": True}))
+    assert gen.op(ctx) is None
+
+
 def test_info_sends_are_not_a_drain_target():
     gen = QueueGenerator(seed=2)
     ctx = Context(worker=0, process=0)

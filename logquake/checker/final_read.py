@@ -19,8 +19,10 @@ of its key. Each example says whether an earlier ok poll had read the value (`re
 "earlier", durability lost after the value was served; or "never") and where it sits among
 its key's acknowledged values in log order (`position`): "suffix" when no acknowledged value
 after it survived (a truncated tail, the usual shape of lost unsynced writes; also a key
-that lost everything), "prefix" when none before it did, else "middle". It names the faults
-(nemesis ops) between the value's last read (or its acknowledgement) and the final read.
+that lost everything), "prefix" when none before it did, else "middle". It names the ops
+that acknowledged it, last read it and made the final read, the end of the log that read
+reached, and the faults (nemesis ops) between the value's last read (or its
+acknowledgement) and the final read.
 
 A key with acknowledged writes and no complete final read makes the verdict unknown (it
 is never valid); a history without final reads makes this analysis say it could not run
@@ -33,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from logquake.checker.result import op_ref
 from logquake.history import NEMESIS, OK, Op
 
 __all__ = ["FINAL", "LOST", "FinalRead", "analyse", "judge", "tolerate"]
@@ -223,17 +226,14 @@ def _cases(k: Any, acked: dict[Any, tuple[int | None, Op]], lost: set, survived:
             "offset": off,
             "read": "earlier" if seen is not None else "never",
             "position": position,
-            "acknowledged": _ref(acker),
-            "last_read": _ref(seen) if seen is not None else None,
-            "final_read": {**_ref(final), "end": end},
-            "faults": [{"index": f.index, "time": f.time, "f": f.f, "value": f.value} for f in between[:FAULTS_CAP]],
+            "acknowledged": op_ref(acker),
+            "last_read": op_ref(seen) if seen is not None else None,
+            "final_read": op_ref(final),
+            "end": end,
+            "faults": [{**op_ref(f), "value": f.value} for f in between[:FAULTS_CAP]],
             "explanation": _words(k, v, off, acker, seen, end, between),
         })
     return out
-
-
-def _ref(op: Op) -> dict[str, Any]:
-    return {"index": op.index, "process": op.process, "time": op.time}
 
 
 def _words(k: Any, v: Any, off: int | None, acker: Op, seen: Op | None, end: int | None, between: list[Op]) -> str:

@@ -62,11 +62,11 @@ def test_the_issues_history_is_invalid_with_lost_values():
     poll = h.ops[7]  # the ok poll that read all three
     assert first["key"] == 0 and first["value"] == 1 and first["offset"] == 0
     assert first["read"] == "earlier"
-    assert first["last_read"] == {"index": poll.index, "process": 1, "time": poll.time}
-    assert first["acknowledged"] == {"index": 1, "process": 0, "time": h.ops[1].time}
+    assert first["last_read"] == {"index": poll.index, "process": 1, "time": poll.time, "type": "ok", "f": "poll"}
+    assert first["acknowledged"] == {"index": 1, "process": 0, "time": h.ops[1].time, "type": "ok", "f": "send"}
     assert first["position"] == "suffix"  # nothing acknowledged after it survived
     assert [f["f"] for f in first["faults"]] == ["start-disk:power-loss", "stop-disk:power-loss"]
-    assert first["final_read"]["end"] == 0
+    assert first["final_read"]["f"] == "assign" and first["end"] == 0
     assert first["explanation"] == (
         "value 1 of key 0 at offset 0 was acknowledged by op 1 (0.001 s), read by op 7 (0.007 s), "
         "and is absent from the final read; the log ends at offset 0; faults in between: "

@@ -181,31 +181,21 @@ class KafkaPythonClient(QueueClient):
         return done
 
     def _ends(self, keys: list[int]) -> dict[str, int | None]:
-        """Each key's end of the log for the final read: the high watermark, or the last
-        stable offset under read_committed (kafka-python's ListOffsets asks with the
-        consumer's isolation_level). None where the leader did not answer in time: that
-        key's final read can then not be known complete."""
+        """end_offsets of the keys, in one call bounded by ENDS_TIMEOUT; all None if it fails.
+        kafka-python asks ListOffsets with the consumer's isolation_level: the LSO under
+        read_committed."""
         assert self._consumer is not None
-        deadline = time.monotonic() + ENDS_TIMEOUT
-        ends: dict[str, int | None] = {}
-        for k in keys:
-            ends[str(k)] = None
-            left = deadline - time.monotonic()
-            if left <= 0:
-                continue
-            tp = self._tp(k)
-            try:
-                got = self._consumer.end_offsets([tp], timeout_ms=int(left * 1000))
-            except Exception as e:  # noqa: BLE001 - an unanswered end stays unknown
-                log.info("end of %s/%d: %s", tp.topic, tp.partition, _err_text(e))
-                continue
-            ends[str(k)] = got.get(tp)
-        return ends
+        tps = {str(k): self._tp(k) for k in keys}
+        try:
+            got = self._consumer.end_offsets(list(tps.values()), timeout_ms=int(ENDS_TIMEOUT * 1000))
+        except Exception as e:  # noqa: BLE001 - unanswered ends stay unknown
+            log.info("ends of %s: %s", ",".join(tps), _err_text(e))
+            return dict.fromkeys(tps)
+        return {k: got.get(tp) for k, tp in tps.items()}
 
     def _positions(self) -> dict[str, int]:
-        """The consumer's position per assigned key (the next offset it reads), which passes
-        transaction markers and aborted records that no poll returns. Keys without one yet
-        are left out."""
+        """position() per assigned key: the fetcher's next offset, past markers and aborted
+        batches it skipped. A key the consumer has no position for yet is left out."""
         assert self._consumer is not None
         out: dict[str, int] = {}
         for k in self.assigned:

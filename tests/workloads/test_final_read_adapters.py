@@ -8,31 +8,11 @@ import time
 
 import pytest
 
-from logquake.history import INVOKE, OK, Op
-from logquake.workloads import Validated
-from logquake.workloads.confluent import ConfluentClient
-from logquake.workloads.kafkapython import KafkaPythonClient
+from logquake.history import OK
+from tests.workloads import test_adapters
+from tests.workloads.test_adapters import CLIENTS, _client, _op
 
-CLIENTS = {"confluent": ConfluentClient, "kafka-python": KafkaPythonClient}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from logquake.broker import LocalCluster
-
-    with LocalCluster(n=3, base_dir=tmp_path_factory.mktemp("lc")) as c:
-        c.wait_ready()
-        yield c
-
-
-def _op(f, value, **extra):
-    return Op(process=0, type=INVOKE, f=f, value=value, extra=extra)
-
-
-def _client(cluster, kind, **kw):
-    c = Validated(CLIENTS[kind](op_timeout=15.0, **kw))
-    c.open(cluster.bootstrap_servers)
-    return c
+cluster = test_adapters.cluster  # the module-scoped fixture: three brokers on 127.0.0.1
 
 
 def _final_read(cluster, kind, keys, *, txn=False, timeout=60.0):

@@ -23,6 +23,11 @@ In the drain phase every worker makes a final read: it assigns all keys from the
 position reached every key's end (`positions` on each poll). Those ops carry `final: true`,
 so the checker knows which reads must hold every acknowledged write (checker/final_read.py).
 Where a key's end is unknown the worker polls up to the highest offset known for it instead.
+Where a reported end lies below an offset known to hold an acknowledged or read value, the
+log may have lost its tail, or a transaction left open holds back the last stable offset
+until the coordinator aborts it: the worker polls on a while (`SETTLE_POLLS`) and reads
+everything again with a fresh end, up to `FINAL_REREADS` times, so only a loss that lasts
+is a loss.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ FINAL = "final"
 REASSIGN_ONE_IN = 64
 CRASH_ONE_IN = 256
 ABORT_FRACTION = 0.1  # of sending transactions, when txn=True
+# A final read whose ends fell short of known offsets is made again after this many more
+# polls (each waits up to the client's poll timeout, 100 ms: ~5 s, half the transaction
+# timeout after which a coordinator aborts a transaction left open), at most this often.
+SETTLE_POLLS = 50
+FINAL_REREADS = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +71,8 @@ class _Worker:
     read_up_to: dict[int, int] = field(default_factory=dict)
     ends: dict[int, int | None] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)
+    rereads: int = 0
+    settle: int = 0
 
 
 def micro_f(value: list[list[Any]]) -> str:
@@ -171,8 +183,18 @@ class QueueGenerator:
         if st.needs_assign or not st.drain_assigned:
             return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **{FINAL: True})
         if self.drained(ctx.worker):
-            return None
+            if st.rereads >= FINAL_REREADS or not self._short(st):
+                return None
+            if st.settle < SETTLE_POLLS:
+                st.settle += 1
+            else:
+                st.rereads, st.settle, st.drain_assigned = st.rereads + 1, 0, False
+                return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **{FINAL: True})
         return _invoke(ctx, "poll", [["poll"]], **{FINAL: True})
+
+    def _short(self, st: _Worker) -> bool:
+        """Does a reported end lie below an offset known to hold a value?"""
+        return any(end is not None and end <= self.highest.get(k, -1) for k, end in st.ends.items())
 
     def drained(self, worker: int) -> bool:
         """Has this worker's final read reached the end of every key's log?

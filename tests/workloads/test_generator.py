@@ -6,6 +6,7 @@ from collections import Counter
 
 from logquake.history import INFO, OK, Op
 from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, micro_f
+from logquake.workloads.generator import FINAL_REREADS, SETTLE_POLLS
 
 
 def _drive(gen: QueueGenerator, n: int, workers: int = 3) -> list[Op]:
@@ -146,6 +147,26 @@ def test_drain_reads_to_the_reported_end_not_the_highest_known_offset():
     positions = {str(k): 1 for k in keys}
     gen.update(ctx, Op(process=0, type=OK, f="poll", value=[["poll", {}]],
                        extra={"final": True, "positions": positions}))
+    assert gen.drained(0)
+    # The log looks shorter than what was acknowledged: poll on a while, then read it all again.
+    for reread in range(FINAL_REREADS):
+        fs = [gen.op(ctx).f for _ in range(SETTLE_POLLS + 1)]
+        assert fs == ["poll"] * SETTLE_POLLS + ["assign"], reread
+        gen.update(ctx, Op(process=0, type=OK, f="assign", value=keys, extra={"final": True, "ends": ends}))
+        assert gen.op(ctx).f == "poll"
+        gen.update(ctx, Op(process=0, type=OK, f="poll", value=[["poll", {}]],
+                           extra={"final": True, "positions": positions}))
+    assert gen.op(ctx) is None
+
+
+def test_a_final_read_that_reached_every_known_offset_is_not_made_again():
+    gen = QueueGenerator(seed=11)
+    _drive(gen, 500, workers=1)
+    ctx = Context(worker=0, process=0, phase=DRAIN)
+    keys = gen.op(ctx).value
+    ends = {str(k): gen.highest.get(k, -1) + 1 for k in keys}
+    gen.update(ctx, Op(process=0, type=OK, f="assign", value=keys, extra={"final": True, "ends": ends}))
+    gen.update(ctx, Op(process=0, type=OK, f="poll", value=[["poll", {}]], extra={"final": True, "positions": ends}))
     assert gen.op(ctx) is None
 
 
@@ -155,11 +176,12 @@ def test_drain_falls_back_to_the_highest_known_offset_where_the_end_is_unknown()
     ctx = Context(worker=0, process=0, phase=DRAIN)
     keys = gen.op(ctx).value
     unknown = keys[0]
-    ends = {str(k): 0 for k in keys} | {str(unknown): None}
-    gen.update(ctx, Op(process=0, type=OK, f="assign", value=keys, extra={"final": True, "ends": ends}))
+    known = {str(k): gen.highest.get(k, -1) + 1 for k in keys if k != unknown}
+    gen.update(ctx, Op(process=0, type=OK, f="assign", value=keys,
+                       extra={"final": True, "ends": known | {str(unknown): None}}))
     assert gen.op(ctx).f == "poll"
-    gen.update(ctx, Op(process=0, type=OK, f="poll",
-                       value=[["poll", {str(unknown): [[gen.highest[unknown], 0]]}]], extra={"final": True}))
+    gen.update(ctx, Op(process=0, type=OK, f="poll", value=[["poll", {str(unknown): [[gen.highest[unknown], 0]]}]],
+                       extra={"final": True, "positions": known}))
     assert gen.op(ctx) is None
 
 

@@ -32,11 +32,12 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from logquake.checker.result import op_ref
-from logquake.history import NEMESIS, OK, Op
+from logquake.history import INVOKE, NEMESIS, OK, Op
 
 __all__ = ["FINAL", "LOST", "FinalRead", "analyse", "judge", "tolerate"]
 
@@ -81,74 +82,84 @@ def _key(k: Any) -> Any:
     return k
 
 
-def _sends(op: Op) -> list[tuple[Any, Any, int | None]]:
+def _sends(op: Op) -> Iterator[tuple[Any, Any, int | None]]:
     """(key, value, offset) of each completed send micro-op of `op` (offset None if unknown)."""
-    out = []
     if isinstance(op.value, list):
         for m in op.value:
             if (isinstance(m, list | tuple) and len(m) == 3 and m[0] == "send" and isinstance(m[2], list | tuple)
                     and len(m[2]) == 2):
-                out.append((_key(m[1]), m[2][1], m[2][0] if isinstance(m[2][0], int) else None))
-    return out
+                off = m[2][0]
+                yield _key(m[1]), m[2][1], off if isinstance(off, int) and not isinstance(off, bool) else None
 
 
-def _polls(op: Op) -> list[tuple[Any, list[tuple[int | None, Any]]]]:
-    """(key, [(offset, value), ...]) of each completed poll micro-op of `op`; an offset that
-    is not an integer is None, and a read that is no pair is left to the queue index to name."""
-    out = []
+def _poll_maps(op: Op) -> Iterator[dict]:
+    """The {"k": [[offset, value], ...]} map of each completed poll micro-op of `op`."""
     if isinstance(op.value, list):
         for m in op.value:
             if isinstance(m, list | tuple) and len(m) > 1 and m[0] == "poll" and isinstance(m[1], dict):
-                for k, pairs in m[1].items():
-                    got = [(p[0] if isinstance(p[0], int) else None, p[1])
-                           for p in pairs or () if isinstance(p, list | tuple) and len(p) == 2]
-                    out.append((_key(k), got))
-    return out
+                yield m[1]
+
+
+def _pairs(pairs: Any) -> Iterator[tuple[int | None, Any]]:
+    """(offset, value) of each read; an offset that is not an integer is None, and a read
+    that is no pair is left out (the queue index names it)."""
+    for p in pairs or ():
+        if isinstance(p, list | tuple) and len(p) == 2:
+            yield (p[0] if isinstance(p[0], int) and not isinstance(p[0], bool) else None), p[1]
 
 
 def analyse(ops: list[Op]) -> FinalRead:
-    """Acknowledged writes against the final read; see the module docstring."""
+    """Acknowledged writes against the final read; see the module docstring.
+
+    One pass over the history takes the acknowledged sends, the faults and the final read;
+    the reads before it are looked at again only where they are needed (the stand-in end of
+    a key whose end was not recorded, and the last read of a lost value).
+    """
+    if not any(op.extra.get(FINAL) for op in ops):
+        return FinalRead(ran=False, summary={"ran": False, "why": _NOT_RUN})
     acked: dict[Any, dict[Any, tuple[int | None, Op]]] = {}  # key -> value -> (offset, first ok op)
-    highest: dict[Any, int] = {}
     sessions: list[_Session] = []
     current: dict[Any, _Session] = {}
     faults: list[Op] = []
     for op in ops:
         if op.process == NEMESIS:
-            if op.type != "invoke":
+            if op.type != INVOKE:
                 faults.append(op)
             continue
         if op.type != OK:
             continue
-        final = bool(op.get(FINAL))
-        if final and op.f == "assign":
+        if not op.extra.get(FINAL):
+            for k, v, off in _sends(op):
+                acked.setdefault(k, {}).setdefault(v, (off, op))
+            continue
+        if op.f == "assign":
             ends = {_key(k): e for k, e in (op.get("ends") or {}).items()}
-            s = _Session(process=op.process, assign=op, ends={k: ends.get(_key(k)) for k in op.value or []})
+            s = _Session(process=op.process, assign=op,
+                         ends={_key(k): ends.get(_key(k)) for k in op.value or ()})
             sessions.append(s)
             current[op.process] = s
             continue
-        for k, v, off in _sends(op):
-            if not final:
-                acked.setdefault(k, {}).setdefault(v, (off, op))
-            if isinstance(off, int) and off > highest.get(k, -1):
-                highest[k] = off
-        s = current.get(op.process) if final else None
-        for k, pairs in _polls(op):
-            for off, v in pairs:
-                if off is not None and off > highest.get(k, -1):
-                    highest[k] = off
-                if s is not None and k in s.ends:
-                    s.values.setdefault(k, set()).add(v)
-                    if off is not None:
-                        s.read_to[k] = max(s.read_to.get(k, 0), off + 1)
-        if s is not None:
-            for k, pos in (op.get("positions") or {}).items():
-                k = _key(k)
-                if k in s.ends and isinstance(pos, int):
-                    s.position[k] = max(s.position.get(k, 0), pos)
+        s = current.get(op.process)
+        if s is None:
+            continue
+        for read in _poll_maps(op):
+            for key, pairs in read.items():
+                k = _key(key)
+                if k in s.ends:
+                    vals = s.values.setdefault(k, set())
+                    for off, v in _pairs(pairs):
+                        vals.add(v)
+                        if off is not None and off >= s.read_to.get(k, 0):
+                            s.read_to[k] = off + 1
+        for key, pos in (op.get("positions") or {}).items():
+            k = _key(key)
+            if k in s.ends and isinstance(pos, int):
+                s.position[k] = max(s.position.get(k, 0), pos)
     if not sessions:
         return FinalRead(ran=False, summary={"ran": False, "why": _NOT_RUN})
 
+    unknown_ends = {k for s in sessions for k, e in s.ends.items() if e is None}
+    highest = _highest(ops, unknown_ends) if unknown_ends else {}
     survived: dict[Any, set] = {}
     final_at: dict[Any, Op] = {}  # key -> the assign of its first complete final read
     ends: dict[Any, int] = {}
@@ -167,7 +178,7 @@ def analyse(ops: list[Op]) -> FinalRead:
     last_read = _last_reads(ops, lost)
     cases = []
     for k in sorted(lost, key=str):
-        cases.extend(_cases(k, acked[k], set(lost[k]), survived[k], last_read, final_at[k], ends.get(k), faults))
+        cases.extend(_cases(k, acked[k], set(lost[k]), last_read, final_at[k], ends.get(k), faults))
     summary = {
         "ran": True,
         "keys": len(acked),
@@ -183,6 +194,26 @@ def analyse(ops: list[Op]) -> FinalRead:
     return FinalRead(ran=True, cases=cases, incomplete_keys=incomplete, summary=summary)
 
 
+def _highest(ops: list[Op], keys: set) -> dict[Any, int]:
+    """The highest offset any ok op sent or read, for each of `keys`: the stand-in end of a
+    final read that recorded none."""
+    out: dict[Any, int] = {}
+    for op in ops:
+        if op.type != OK or op.process == NEMESIS:
+            continue
+        for k, _v, off in _sends(op):
+            if k in keys and off is not None and off > out.get(k, -1):
+                out[k] = off
+        for read in _poll_maps(op):
+            for key, pairs in read.items():
+                k = _key(key)
+                if k in keys:
+                    for off, _v in _pairs(pairs):
+                        if off is not None and off > out.get(k, -1):
+                            out[k] = off
+    return out
+
+
 def _last_reads(ops: list[Op], lost: dict[Any, list]) -> dict[tuple, Op]:
     """(key, value) -> the last ok op before the final read that polled it, for lost values."""
     wanted = {k: set(vs) for k, vs in lost.items()}
@@ -190,22 +221,24 @@ def _last_reads(ops: list[Op], lost: dict[Any, list]) -> dict[tuple, Op]:
     if not wanted:
         return out
     for op in ops:
-        if op.type != OK or op.process == NEMESIS or op.get(FINAL):
+        if op.type != OK or op.process == NEMESIS or op.extra.get(FINAL):
             continue
-        for k, pairs in _polls(op):
-            w = wanted.get(k)
-            if w:
-                for _off, v in pairs:
-                    if v in w:
-                        out[(k, v)] = op
+        for read in _poll_maps(op):
+            for key, pairs in read.items():
+                k = _key(key)
+                w = wanted.get(k)
+                if w:
+                    for _off, v in _pairs(pairs):
+                        if v in w:
+                            out[(k, v)] = op
     return out
 
 
-def _cases(k: Any, acked: dict[Any, tuple[int | None, Op]], lost: set, survived: set,
+def _cases(k: Any, acked: dict[Any, tuple[int | None, Op]], lost: set,
            last_read: dict[tuple, Op], final: Op, end: int | None, faults: list[Op]) -> list[dict[str, Any]]:
     """One example per lost value of key k, in log order."""
     order = sorted(acked, key=lambda v: (acked[v][0] is None, acked[v][0] if acked[v][0] is not None else 0, str(v)))
-    alive = [v not in lost and v in survived for v in order]
+    alive = [v not in lost for v in order]
     after = [False] * len(order)  # does an acknowledged value after position i survive?
     for i in range(len(order) - 2, -1, -1):
         after[i] = after[i + 1] or alive[i + 1]

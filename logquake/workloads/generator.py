@@ -27,7 +27,7 @@ Where a reported end lies below an offset known to hold an acknowledged or read 
 log may have lost its tail, or a transaction left open holds back the last stable offset
 until the coordinator aborts it: the worker polls on a while (`SETTLE_POLLS`) and reads
 everything again with a fresh end, up to `FINAL_REREADS` times, so only a loss that lasts
-is a loss.
+is a loss; a worker whose final assign got no end for some key asks again the same way.
 """
 
 from __future__ import annotations
@@ -182,14 +182,18 @@ class QueueGenerator:
         st = self._worker(ctx.worker)
         if st.needs_assign or not st.drain_assigned:
             return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **{FINAL: True})
-        if self.drained(ctx.worker):
-            if st.rereads >= FINAL_REREADS or not self._short(st):
-                return None
+        drained = self.drained(ctx.worker)
+        if drained and not self._short(st):
+            return None
+        # Short ends, or ends the system did not give: after a while, ask again.
+        if (drained or None in st.ends.values()) and st.rereads < FINAL_REREADS:
             if st.settle < SETTLE_POLLS:
                 st.settle += 1
             else:
                 st.rereads, st.settle, st.drain_assigned = st.rereads + 1, 0, False
                 return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **{FINAL: True})
+        elif drained:
+            return None
         return _invoke(ctx, "poll", [["poll"]], **{FINAL: True})
 
     def _short(self, st: _Worker) -> bool:

@@ -185,6 +185,17 @@ def test_drain_falls_back_to_the_highest_known_offset_where_the_end_is_unknown()
     assert gen.op(ctx) is None
 
 
+def test_a_final_read_missing_an_end_asks_for_it_again():
+    gen, ctx, keys = _draining()
+    _final(gen, ctx, "assign", keys, ends=dict.fromkeys(map(str, keys)))
+    fs = [gen.op(ctx).f for _ in range(SETTLE_POLLS + 1)]
+    assert fs == ["poll"] * SETTLE_POLLS + ["assign"]
+    ends = {str(k): gen.highest.get(k, -1) + 1 for k in keys}
+    _final(gen, ctx, "assign", keys, ends=ends)
+    _final(gen, ctx, "poll", [["poll", {}]], positions=ends)
+    assert gen.op(ctx) is None
+
+
 def test_info_sends_are_not_a_drain_target():
     gen = QueueGenerator(seed=2)
     ctx = Context(worker=0, process=0)

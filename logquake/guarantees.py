@@ -89,7 +89,7 @@ GUARANTEES: dict[str, Guarantee] = {
         # a send is tried once, so it may be lost but never written twice.
         Guarantee(name="at-most-once", acks="1", retries=0, idempotence=False, transactions=False,
                   isolation="read_uncommitted", commit="before",
-                  allowed=ALWAYS_ALLOWED | {"lost-write", "unseen", "lost-processing", "output-reorder"},
+                  allowed=ALWAYS_ALLOWED | {"lost-write", "lost", "unseen", "lost-processing", "output-reorder"},
                   txn_refusal="transactions make the producer idempotent; at-most-once cannot use them"),
         # Kafka's default: retries may write a value twice, nothing acknowledged may vanish.
         Guarantee(name="at-least-once", acks="all", retries=None, idempotence=False, transactions=False,

@@ -17,6 +17,14 @@ original in the `jepsen_process` extra field; vectors, lists and sets become lis
 that are vectors become tuples. Keys of history.edn maps other than :index :time :process
 :type :f :value are kept as extra fields (`:error` -> "error").
 
+Final reads: Jepsen's Kafka workload ends with `final-polls`: each thread crashes its
+client, then a fresh process asks `:debug-topic-partitions`, assigns every key with
+`:seek-to-beginning? true` and polls with `:poll-ms`. Those assigns and polls (of the
+processes that made such polls) get `"final": true`, logquake's marker of the final read
+(checker/final_read.py). Jepsen records no end of the log on them, so a key's final read
+counts as complete once it reached the highest offset known for the key. jepsen.log lines
+carry no such fields and stay unmarked.
+
 Errors (HistoryFormatError) name the file and the line.
 
 The EDN reader is a small one for the subset Jepsen histories use (maps, vectors, lists,
@@ -30,6 +38,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -292,7 +301,22 @@ def load_edn_history(path: str | os.PathLike[str]) -> list[Op]:
                 ops.append(op)  # type: ignore[arg-type]
     except EdnError as e:
         raise HistoryFormatError(str(path), line_of(e.pos), f"malformed EDN: {e}") from None
-    return ops
+    return _mark_final_reads(ops)
+
+
+def _mark_final_reads(ops: list[Op]) -> list[Op]:
+    """Jepsen's final-polls ops marked `"final": true` (see the module docstring)."""
+    final_pollers = {op.process for op in ops if op.f == "poll" and op.get("poll-ms") is not None}
+    if not final_pollers:
+        return ops
+
+    def final(op: Op) -> bool:
+        if op.process not in final_pollers:
+            return False
+        return (op.f == "poll" and op.get("poll-ms") is not None) or (
+            op.f == "assign" and op.get("seek-to-beginning?") is True)
+
+    return [replace(op, extra={**op.extra, "final": True}) if final(op) else op for op in ops]
 
 
 # `... jepsen.util - 3\t:ok\t:cas\t[1 4]`, `... jepsen.util: 3 :ok ...`; the rest is the value

@@ -357,9 +357,10 @@ def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Even
     with crew.gen_lock:
         short = [w.index for w in crew.workers if not drained(w.index)]
     if short:
-        log.warning("drain: workers %s did not read up to every key's highest known offset within %.0f s",
+        log.warning("drain: workers %s did not read every key to the end of its log within %.0f s",
                     short, cfg.drain_time)
-    # Each worker reads every key from the beginning: one that got through read everything.
+    # Each worker makes a final read of every key from the beginning to the end the system
+    # reported (ops marked final): one that got through read everything.
     return {"complete": len(short) < len(crew.workers), "workers_short": short}
 
 
@@ -400,7 +401,7 @@ def with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[st
     if drain.get("complete", True) and not down:
         return results
     why = (f"brokers down after the heal: {', '.join(f'{n} ({line})' for n, line in down.items())}" if down
-           else "the drain did not read every key up to its highest known offset: unseen values may only be unread")
+           else "the drain did not read every key to the end of its log: unseen values may only be unread")
     bad = set(results.get("bad_error_types") or [])
     if (results.get("valid") is False and bad <= {"unseen"}) or (down and results.get("valid") is True):
         results["valid"] = "unknown"

@@ -19,6 +19,7 @@ QUEUE_TYPES = (
     "duplicate",
     "no-writer",
     "lost-write",
+    "lost",
     "G1a",
     "precommitted-read",
     "int-poll-skip",

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from logquake.checker import final_read
 from logquake.checker.cycles import cycle_cases
 from logquake.checker.no_writer import no_writer_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
@@ -71,6 +72,9 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
     if unseen and unseen["count"]:
         found["unseen"] = unseen["errs"]
         counts["unseen"] = unseen["count"]
+    final = run_safely("final-read", lambda: final_read.analyse(ops), errors)
+    if final is not None and final.cases:
+        found[final_read.LOST] = final.cases
     cyc = run_safely("cycles", lambda: cycle_cases(ix, opts), errors)
     timed_out = False
     if cyc is not None:
@@ -91,7 +95,7 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
     result.update(info)
     if informational:
         result["informational_errors"] = informational
-    return result
+    return final_read.judge(result, final)
 
 
 def _assemble(found, counts, opts, errors, *, timed_out, nothing, ix) -> dict[str, Any]:

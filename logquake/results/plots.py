@@ -210,6 +210,25 @@ def unseen_figure(d: Digest, checker_points: Any = None) -> Figure:
     return fig
 
 
+def lost_figure(d: Digest, checker_points: Any = None) -> Figure:
+    """Acknowledged values absent from the final read, counted by when they were acknowledged.
+
+    The series is the checker's (results.json `final_read.lost_over_time`); a run whose
+    values all survived, or that had no final read, shows a flat line at 0.
+    """
+    series = checker_series(checker_points, "lost")
+    t, n = series if series is not None else ([], [])
+    total = n[-1] if len(n) else 0
+    x = [0.0, *(v / NS for v in t), d.end_time / NS]
+    y = [0, *n, total]
+    fig = _figure([{"type": "scatter", "x": x, "y": y, "mode": "lines", "line": {"shape": "hv", "color": "#c92a2a"},
+                    "name": "lost", "hovertemplate": "acknowledged by %{x:.3f} s: %{y} lost<extra></extra>"}],
+                  f"Acknowledged values missing from the final read, by time acknowledged (in all: {total:,})",
+                  "values")
+    _shade(fig, d)
+    return fig
+
+
 def lag_figure(d: Digest, checker_worst: Any = None, checker_points: Any = None) -> Figure:
     """The checker's realtime lag: each run's peak (results.json `realtime_lag_over_time`),
     the worst in each time bin; the title names its worst. A results.json from before the

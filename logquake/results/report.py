@@ -60,6 +60,8 @@ MEANINGS = {
     "nonmonotonic-poll": "A process's next read of a key went backwards.",
     "nonmonotonic-send": "A process's later send landed at or before its earlier one.",
     "unseen": "Acknowledged values that no consumer had read by the end of the test.",
+    "lost": "Acknowledged values absent from the final read, which read every key from the beginning to the end "
+            "of the log the system reported: the log lost them, whether or not they had been read before.",
     "G0": "A write cycle: ops' writes are ordered in contradictory ways across keys.",
     "G1c": "Circular information flow: following write and read dependencies leads back to the start.",
     "G1c-wr": "A cycle of read dependencies only (each op read a send of the next): impossible under "
@@ -327,6 +329,12 @@ def processing_of(files: RunFiles) -> Processing | None:
     return Processing(guarantee=guarantee, inputs=total, rows=rows, tolerates=tolerates)
 
 
+def final_read_of(results: dict[str, Any]) -> dict[str, Any] | None:
+    """results.json's `final_read` summary (checker/final_read.py), if well formed."""
+    fr = results.get("final_read")
+    return fr if isinstance(fr, dict) and isinstance(fr.get("ran"), bool) else None
+
+
 HIDDEN_PARAMS = ("seed", "start_time", "run_dir", "config")
 
 
@@ -415,6 +423,9 @@ def render_report(files: RunFiles, d: Digest) -> str:
         "unseen": plots.unseen_figure(d, results.get("unseen_over_time")),
         "lag": plots.lag_figure(d, results.get("worst_realtime_lag"), results.get("realtime_lag_over_time")),
     }
+    final_read = final_read_of(results)
+    if final_read is not None and final_read.get("ran"):
+        figures["lost"] = plots.lost_figure(d, final_read.get("lost_over_time"))
     if d.timeline:
         figures["timeline"] = plots.timeline_figure(d)
     processing = processing_of(files)
@@ -424,7 +435,7 @@ def render_report(files: RunFiles, d: Digest) -> str:
             bad=processing_bad(files))
     informational = {k: v for k, v in results.items()
                      if k not in ("valid", "bad_error_types", "error_types", "anomalies", "unseen_over_time",
-                                  "realtime_lag_over_time")}
+                                  "realtime_lag_over_time", "final_read")}
     headers, rows = op_count_rows(d)
     return template("report.html.j2").render(
         name=files.test.get("name") or files.path.parent.name, run_dir=str(files.path), verdict=verdict,
@@ -439,7 +450,7 @@ def render_report(files: RunFiles, d: Digest) -> str:
         timeline_count=len(d.timeline), timeline_cap=TIMELINE_OPS, window=d.timeline_window,
         informational=json.dumps(informational, indent=2, default=str)[:20_000],
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), plotly_js=get_plotlyjs(),
-        ns=plots.NS, processing=processing,
+        ns=plots.NS, processing=processing, final_read=final_read,
     )
 
 

@@ -38,6 +38,8 @@ FENCE_TIMEOUT = 5.0
 METADATA_TIMEOUT = 0.5
 # How long a deliberately aborted transaction's records sit open in their partitions.
 OPEN_ABORTED_S = 0.3
+# How long a final assign may spend in all asking for the ends of its keys' logs.
+ENDS_TIMEOUT = 5.0
 # Where a key nobody has read yet starts: offset 0, a logquake log's start (a log whose
 # start moved answers OFFSET_OUT_OF_RANGE, and auto.offset.reset takes the consumer there).
 # Never the logical OFFSET_BEGINNING: librdkafka resolves it with ListOffsets, and a reply
@@ -222,7 +224,45 @@ class ConfluentClient(QueueClient):
         except KafkaException as e:
             # Assignment is local to this consumer: nothing in the log changed.
             return complete(op, FAIL, op.value, error=_err_text(e))
-        return complete(op, OK, op.value)
+        done = complete(op, OK, op.value)
+        if op.get("final"):
+            done.extra["ends"] = self._ends(keys)
+        return done
+
+    def _ends(self, keys: list[int]) -> dict[str, int | None]:
+        """Each key's end of the log for the final read: the high watermark, or the last
+        stable offset under read_committed (librdkafka's ListOffsets asks with the consumer's
+        isolation.level). None where the leader did not answer in time: that key's final
+        read can then not be known complete."""
+        assert self._consumer is not None
+        deadline = time.monotonic() + ENDS_TIMEOUT
+        ends: dict[str, int | None] = {}
+        for k in keys:
+            ends[str(k)] = None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                continue
+            t, p = self.keymap.topic_partition(k)
+            try:
+                _low, high = self._consumer.get_watermark_offsets(TopicPartition(t, p), timeout=left, cached=False)
+            except KafkaException as e:
+                log.info("end of %s/%d: %s", t, p, _err_text(e))
+                continue
+            ends[str(k)] = high if high is not None and high >= 0 else None
+        return ends
+
+    def _positions(self) -> dict[str, int]:
+        """The consumer's position per assigned key (the next offset it reads), which passes
+        transaction markers and aborted records that no poll returns. Keys without one yet
+        are left out."""
+        assert self._consumer is not None
+        tps = [TopicPartition(*self.keymap.topic_partition(k)) for k in self.assigned]
+        try:
+            got = self._consumer.position(tps)
+        except KafkaException as e:
+            log.info("positions: %s", _err_text(e))
+            return {}
+        return {str(self.keymap.key(tp.topic, tp.partition)): tp.offset for tp in got if tp.offset >= 0}
 
     def _apply_assignment(self) -> None:
         assert self._consumer is not None
@@ -296,7 +336,10 @@ class ConfluentClient(QueueClient):
                 if err is not None:
                     self._seek_back(value)
                     return complete(op, INFO, value, error=_err_text(err))
-        return complete(op, OK, value)
+        done = complete(op, OK, value)
+        if op.get("final"):
+            done.extra["positions"] = self._positions()
+        return done
 
     def _send_one(self, value: list[list[Any]], i: int) -> Any:
         """Produce micro-op i and wait for it; fills in its offset. The error, or None."""

@@ -16,9 +16,18 @@ Ops (DESIGN.md §6): `send` / `poll` (one micro-op each), `txn` (1-4 micro-ops w
 `crash` (the worker drops its client and opens a fresh one). With `txn=True`, a share
 (`abort_fraction`, 10 %) of the transactions that send are marked `abort` (op extra): the
 client aborts them on purpose after their records reached the brokers, so aborted writes
-exist for read_committed to hide (a G1a otherwise has nothing to find). In the drain phase every
-worker assigns all keys from the beginning, then polls until it has read up to the highest
-offset known for every key.
+exist for read_committed to hide (a G1a otherwise has nothing to find).
+
+In the drain phase every worker makes a final read: it assigns all keys from the beginning
+(the client records each key's end of the log on that assign, `ends`), then polls until its
+position reached every key's end (`positions` on each poll). Those ops carry `final: true`,
+so the checker knows which reads must hold every acknowledged write (checker/final_read.py).
+Where a key's end is unknown the worker polls up to the highest offset known for it instead.
+Where a reported end lies below an offset known to hold an acknowledged or read value, the
+log may have lost its tail, or a transaction left open holds back the last stable offset
+until the coordinator aborts it: the worker polls on a while (`SETTLE_POLLS`) and reads
+everything again with a fresh end, up to `FINAL_REREADS` times, so only a loss that lasts
+is a loss; a worker whose final assign got no end for some key asks again the same way.
 """
 
 from __future__ import annotations
@@ -30,10 +39,17 @@ from typing import Any
 from logquake.history import INVOKE, OK, Op
 
 MAIN, DRAIN = "main", "drain"
+#: The extra field that marks the drain's ops: the final read (DESIGN.md §7).
+FINAL = "final"
 
 REASSIGN_ONE_IN = 64
 CRASH_ONE_IN = 256
 ABORT_FRACTION = 0.1  # of sending transactions, when txn=True
+# A final read whose ends fell short of known offsets is made again after this many more
+# polls (each waits up to the client's poll timeout, 100 ms: ~5 s, half the transaction
+# timeout after which a coordinator aborts a transaction left open), at most this often.
+SETTLE_POLLS = 50
+FINAL_REREADS = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,8 +66,13 @@ class _Worker:
     rng: random.Random
     needs_assign: bool = True
     drain_assigned: bool = False
-    # Drain: the highest offset this worker has read per key.
+    # Drain: the highest offset this worker has read per key, the end of each key's log as
+    # its final assign reported it (None: unknown), and its consumer's position per key.
     read_up_to: dict[int, int] = field(default_factory=dict)
+    ends: dict[int, int | None] = field(default_factory=dict)
+    positions: dict[int, int] = field(default_factory=dict)
+    rereads: int = 0
+    settle: int = 0
 
 
 def micro_f(value: list[list[Any]]) -> str:
@@ -160,15 +181,43 @@ class QueueGenerator:
     def _drain_op(self, ctx: Context) -> Op | None:
         st = self._worker(ctx.worker)
         if st.needs_assign or not st.drain_assigned:
-            return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True)
-        if self.drained(ctx.worker):
+            return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **{FINAL: True})
+        drained = self.drained(ctx.worker)
+        if drained and not self._short(st):
             return None
-        return _invoke(ctx, "poll", [["poll"]])
+        # Short ends, or ends the system did not give: after a while, ask again.
+        if (drained or None in st.ends.values()) and st.rereads < FINAL_REREADS:
+            if st.settle < SETTLE_POLLS:
+                st.settle += 1
+            else:
+                st.rereads, st.settle, st.drain_assigned = st.rereads + 1, 0, False
+                return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **{FINAL: True})
+        elif drained:
+            return None
+        return _invoke(ctx, "poll", [["poll"]], **{FINAL: True})
+
+    def _short(self, st: _Worker) -> bool:
+        """Does a reported end lie below an offset known to hold a value?"""
+        return any(end is not None and end <= self.highest.get(k, -1) for k, end in st.ends.items())
 
     def drained(self, worker: int) -> bool:
-        """Has this worker read up to the highest known offset of every key?"""
+        """Has this worker's final read reached the end of every key's log?
+
+        The end is what the system reported at the final assign; where it reported none,
+        the highest offset known for the key stands in (a log that lost its tail then never
+        gets there, and the drain runs out of time).
+        """
         st = self._worker(worker)
-        return all(st.read_up_to.get(k, -1) >= off for k, off in self.highest.items())
+        if not st.drain_assigned:
+            return False
+        for k in set(self.highest) | set(st.ends):
+            end = st.ends.get(k)
+            if end is None:
+                if st.read_up_to.get(k, -1) < self.highest.get(k, -1):
+                    return False
+            elif max(st.positions.get(k, 0), st.read_up_to.get(k, -1) + 1) < end:
+                return False
+        return True
 
     # -- completions ------------------------------------------------------------------
 
@@ -183,12 +232,17 @@ class QueueGenerator:
                 if ctx.phase == DRAIN:
                     st.drain_assigned = True
                     st.read_up_to.clear()
+                    st.positions.clear()
+                    st.ends = {int(k): e for k, e in (event.get("ends") or {}).items()}
             return
         if event.f == "crash":
             st.needs_assign = True
             return
         if not isinstance(event.value, list):
             return
+        if event.type == OK:
+            for key, pos in (event.get("positions") or {}).items():
+                st.positions[int(key)] = max(pos, st.positions.get(int(key), 0))
         for m in event.value:
             if m[0] == "send" and event.type == OK and isinstance(m[2], list) and m[2][0] is not None:
                 self._saw(m[1], m[2][0])

@@ -27,6 +27,8 @@ TXN_TIMEOUT_MS = 10_000
 TXN_IDS = TxnIds(f"lq-kp-txn-{os.getpid()}")
 # How long a deliberately aborted transaction's records sit open in their partitions.
 OPEN_ABORTED_S = 0.3
+# How long a final assign may spend in all asking for the ends of its keys' logs.
+ENDS_TIMEOUT = 5.0
 
 # Exception classes that mean "certainly not written". Each entry says why.
 _FAIL: dict[type[BaseException], str] = {
@@ -173,7 +175,38 @@ class KafkaPythonClient(QueueClient):
         except kerr.KafkaError as e:
             # Assignment is local to this consumer: nothing in the log changed.
             return complete(op, FAIL, op.value, error=_err_text(e))
-        return complete(op, OK, op.value)
+        done = complete(op, OK, op.value)
+        if op.get("final"):
+            done.extra["ends"] = self._ends(keys)
+        return done
+
+    def _ends(self, keys: list[int]) -> dict[str, int | None]:
+        """end_offsets of the keys, in one call bounded by ENDS_TIMEOUT; all None if it fails.
+        kafka-python asks ListOffsets with the consumer's isolation_level: the LSO under
+        read_committed."""
+        assert self._consumer is not None
+        tps = {str(k): self._tp(k) for k in keys}
+        try:
+            got = self._consumer.end_offsets(list(tps.values()), timeout_ms=int(ENDS_TIMEOUT * 1000))
+        except Exception as e:  # noqa: BLE001 - unanswered ends stay unknown
+            log.info("ends of %s: %s", ",".join(tps), _err_text(e))
+            return dict.fromkeys(tps)
+        return {k: got.get(tp) for k, tp in tps.items()}
+
+    def _positions(self) -> dict[str, int]:
+        """position() per assigned key: the fetcher's next offset, past markers and aborted
+        batches it skipped. A key the consumer has no position for yet is left out."""
+        assert self._consumer is not None
+        out: dict[str, int] = {}
+        for k in self.assigned:
+            try:
+                pos = self._consumer.position(self._tp(k), timeout_ms=0)
+            except Exception as e:  # noqa: BLE001 - a position not known yet is left out
+                log.debug("position of %s: %s", k, _err_text(e))
+                continue
+            if pos is not None:
+                out[str(k)] = pos
+        return out
 
     def _apply_assignment(self) -> None:
         assert self._consumer is not None
@@ -214,7 +247,10 @@ class KafkaPythonClient(QueueClient):
             elif (err := self._poll_one(value, i)) is not None:
                 self._seek_back(value)
                 return complete(op, INFO, value, error=_err_text(err))
-        return complete(op, OK, value)
+        done = complete(op, OK, value)
+        if op.get("final"):
+            done.extra["positions"] = self._positions()
+        return done
 
     def _send_one(self, value: list[list[Any]], i: int) -> Any:
         """Send micro-op i; the future of its record metadata (see _fill)."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from logquake.history import INFO, OK, Op
 from logquake.workloads import DRAIN, MAIN, Context, QueueGenerator, micro_f
+from logquake.workloads.generator import FINAL_REREADS, SETTLE_POLLS
 
 
 def _drive(gen: QueueGenerator, n: int, workers: int = 3) -> list[Op]:
@@ -119,6 +121,78 @@ def test_drain_assigns_all_keys_then_polls_until_highest_offsets_read():
     gen.update(ctx, Op(process=0, type=INFO, f="poll", value=[["poll", everything]]))
     assert gen.op(ctx) is not None
     gen.update(ctx, Op(process=0, type=OK, f="poll", value=[["poll", everything]]))
+    assert gen.op(ctx) is None
+
+
+def test_drain_ops_are_marked_final():
+    gen = QueueGenerator(seed=11)
+    _drive(gen, 50, workers=1)
+    ctx = Context(worker=0, process=0, phase=DRAIN)
+    op = gen.op(ctx)
+    assert op.get("final") is True
+    gen.update(ctx, Op(process=0, type=OK, f="assign", value=op.value, extra=dict(op.extra)))
+    assert gen.op(ctx).get("final") is True
+
+
+def _draining(seed: int = 11) -> tuple[QueueGenerator, Context, list[int]]:
+    """A generator after 500 ops of one worker, that worker's drain context, and the keys its
+    final assign asks for."""
+    gen = QueueGenerator(seed=seed)
+    _drive(gen, 500, workers=1)
+    ctx = Context(worker=0, process=0, phase=DRAIN)
+    return gen, ctx, gen.op(ctx).value
+
+
+def _final(gen: QueueGenerator, ctx: Context, f: str, value: Any, **extra: Any) -> None:
+    gen.update(ctx, Op(process=0, type=OK, f=f, value=value, extra={"final": True, **extra}))
+
+
+def test_drain_reads_to_the_reported_end_not_the_highest_known_offset():
+    gen, ctx, keys = _draining()
+    # The log lost its tail: every key ends at 1, below the offsets acknowledged earlier.
+    ends = {str(k): 1 for k in keys}
+    _final(gen, ctx, "assign", keys, ends=ends)
+    assert gen.op(ctx).f == "poll"
+    # A position at the end is enough, whatever the poll returned (markers are not records).
+    positions = {str(k): 1 for k in keys}
+    _final(gen, ctx, "poll", [["poll", {}]], positions=positions)
+    assert gen.drained(0)
+    # The log looks shorter than what was acknowledged: poll on a while, then read it all again.
+    for reread in range(FINAL_REREADS):
+        fs = [gen.op(ctx).f for _ in range(SETTLE_POLLS + 1)]
+        assert fs == ["poll"] * SETTLE_POLLS + ["assign"], reread
+        _final(gen, ctx, "assign", keys, ends=ends)
+        assert gen.op(ctx).f == "poll"
+        _final(gen, ctx, "poll", [["poll", {}]], positions=positions)
+    assert gen.op(ctx) is None
+
+
+def test_a_final_read_that_reached_every_known_offset_is_not_made_again():
+    gen, ctx, keys = _draining()
+    ends = {str(k): gen.highest.get(k, -1) + 1 for k in keys}
+    _final(gen, ctx, "assign", keys, ends=ends)
+    _final(gen, ctx, "poll", [["poll", {}]], positions=ends)
+    assert gen.op(ctx) is None
+
+
+def test_drain_falls_back_to_the_highest_known_offset_where_the_end_is_unknown():
+    gen, ctx, keys = _draining()
+    unknown = keys[0]
+    known = {str(k): gen.highest.get(k, -1) + 1 for k in keys if k != unknown}
+    _final(gen, ctx, "assign", keys, ends=known | {str(unknown): None})
+    assert gen.op(ctx).f == "poll"
+    _final(gen, ctx, "poll", [["poll", {str(unknown): [[gen.highest[unknown], 0]]}]], positions=known)
+    assert gen.op(ctx) is None
+
+
+def test_a_final_read_missing_an_end_asks_for_it_again():
+    gen, ctx, keys = _draining()
+    _final(gen, ctx, "assign", keys, ends=dict.fromkeys(map(str, keys)))
+    fs = [gen.op(ctx).f for _ in range(SETTLE_POLLS + 1)]
+    assert fs == ["poll"] * SETTLE_POLLS + ["assign"]
+    ends = {str(k): gen.highest.get(k, -1) + 1 for k in keys}
+    _final(gen, ctx, "assign", keys, ends=ends)
+    _final(gen, ctx, "poll", [["poll", {}]], positions=ends)
     assert gen.op(ctx) is None
 
 

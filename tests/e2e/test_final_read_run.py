@@ -1,0 +1,69 @@
+"""The final read end to end: a power loss of every node, the workload stopped right after it.
+
+The unsafe `fsync: never` broker loses every write it acknowledged and then comes back with
+empty logs, which nothing but the final read can reveal (no write follows the loss, and
+every value had been read before it): invalid with `lost`. The safe broker, whose writes
+were fsynced before they were acknowledged, keeps them all: valid.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from logquake.nemesis.schedule import FlipFlop
+from tests.conftest import requires_root_or_userns
+
+pytestmark = pytest.mark.lab
+
+SEED = 8
+INTERVAL = 8.0
+
+
+def _fault_window(seed: int) -> tuple[float, float]:
+    """When the run's first power loss starts and stops (s into the main phase), as its
+    scheduler will draw them (runner: Random(f"schedule-{seed}"))."""
+    ff = FlipFlop(["disk:power-loss"], interval=INTERVAL, rng=random.Random(f"schedule-{seed}"))
+    start = ff.next_action()
+    ff.advance(start)
+    return start.at, ff.next_action().at
+
+
+def _run(tmp_path: Path, broker: dict) -> tuple[int, dict, str]:
+    requires_root_or_userns()
+    start, stop = _fault_window(SEED)
+    assert stop - start > 4, "the seed must leave the nodes down past the end of the main phase"
+    cfg = {"nodes": 3, "rate": 100, "concurrency": 6, "nemesis": ["disk:power-loss"], "nemesis_interval": INTERVAL,
+           "recovery_time": 3, "drain_time": 20, "time_limit": round(start + 2, 1), "seed": SEED,
+           "broker": broker, "results_dir": str(tmp_path / "results")}
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    p = subprocess.run([sys.executable, "-m", "logquake", "run", "--config", str(path)],
+                       capture_output=True, text=True, timeout=400, check=False)
+    out = p.stdout + p.stderr
+    res = (tmp_path / "results" / "latest").resolve() / "results.json"
+    assert res.exists(), out[-3000:]
+    return p.returncode, json.loads(res.read_text()), out
+
+
+def test_fsync_never_under_power_loss_loses_acknowledged_writes(tmp_path):
+    code, res, out = _run(tmp_path, {"unsafe": {"fsync": "never"}})
+    assert res["valid"] is False and code == 1, out[-3000:]
+    assert "lost" in res["bad_error_types"], res["bad_error_types"]
+    fr = res["final_read"]
+    assert fr["ran"] and fr["lost"] > 0 and fr["incomplete_keys"] == []
+    e = res["anomalies"]["lost"]["errs"][0]
+    assert any(f["f"] == "start-disk:power-loss" for f in e["faults"]), e
+
+
+def test_the_safe_broker_keeps_every_acknowledged_write_through_power_loss(tmp_path):
+    code, res, out = _run(tmp_path, {})
+    assert res["valid"] is True and code == 0, json.dumps(res, indent=1)[:3000] + out[-2000:]
+    fr = res["final_read"]
+    assert fr["ran"] and fr["lost"] == 0 and fr["acknowledged"] > 0 and fr["incomplete_keys"] == []

@@ -44,6 +44,9 @@ def render_summary(result: dict[str, Any], console: Console, *, title: str = "qu
     if causes:
         shown = escape(", ".join(f"{c['error']} x{c['count']}" for c in causes[:5]))
         console.print(f"causes of indeterminate ops: {shown}", highlight=False)
+    final = result.get("final_read")
+    if isinstance(final, dict) and final.get("ran") is False:
+        console.print(f"final read: not checked ({escape(str(final.get('why')))})", highlight=False)
     if result.get("unknown_because"):
         console.print(f"[yellow]unknown because {escape(result['unknown_because'])}[/]", highlight=False)
     for name, err in (result.get("analysis_errors") or {}).items():

@@ -37,3 +37,11 @@ def test_a_failed_figure_is_printed_beside_a_standing_verdict() -> None:
     out = console.export_text()
     assert "figure realtime-lag failed: RuntimeError: injected" in out
     assert "File ..." not in out and "analysis realtime-lag" not in out
+
+
+def test_a_history_without_a_final_read_says_the_analysis_did_not_run() -> None:
+    result = {"valid": True, "stats": {"txns": 2, "keys": 1}, "anomalies": {},
+              "final_read": {"ran": False, "why": "the history has no final read"}}
+    console = Console(record=True, width=200)
+    render_summary(result, console)
+    assert "final read: not checked (the history has no final read)" in console.export_text()

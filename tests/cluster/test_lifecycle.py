@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from logquake.cluster import open_cluster
+from logquake.cluster.conformance import check_node_lifecycle
 from logquake.cluster.remote import install_logquake
 from logquake.cluster.shims import FAKETIME_SITE, LIBFAKETIME, faketime_env, set_clock
 from logquake.config import TestConfig
@@ -139,6 +140,13 @@ def test_the_ssh_wrapper_puts_the_shim_in_front_of_the_inherited_pythonpath(tmp_
     pkg = str(tmp_path / "node" / "pkg")
     assert path.split(os.pathsep)[1:4] == [pkg, f"{pkg}/logquake/cluster/faketime_site", str(site)]
     assert (site / f"ran.{pid}").exists()
+
+
+@pytest.mark.lab
+def test_the_broker_lifecycle_meets_the_node_lifecycle_contract(tmp_path):
+    with fake_cluster(2, tmp_path) as c:
+        check_node_lifecycle(c.lifecycle, c.hosts["n1"], "n1")
+        assert c.lifecycle.is_up("n2")  # nothing done to one node reaches another
 
 
 @pytest.mark.lab

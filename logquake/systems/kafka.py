@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -266,30 +266,25 @@ def _external_bootstrap(specs: Sequence[NodeSpec], cfg: TestConfig) -> str:
     return ",".join(cfg.bootstrap_servers)
 
 
-_CLIENTS = ("confluent", "kafka-python")
-_WORKLOADS = ("queue", "pipeline", "offsets")
-
 KAFKA = System(
     name="kafka",
     description="logquake's embedded Kafka-compatible broker (Raft per partition), one per node",
     features=frozenset({"transactions", "consumer-groups", "dedup"}),
-    clients=_CLIENTS,
-    workloads=_WORKLOADS,
+    clients=("confluent", "kafka-python"),
+    workloads=("queue", "pipeline", "offsets"),
     make_lifecycle=_make_broker_lifecycle,
     bootstrap=_bootstrap,
     not_ready=_brokers_not_ready,
     leaders=partition_leaders,
 )
 
-EXTERNAL_KAFKA = System(
+# The same clients, workloads and features, on brokers someone else runs.
+EXTERNAL_KAFKA = replace(
+    KAFKA,
     name="kafka-external",
     description="a Kafka-protocol cluster someone else runs, reached by bootstrap_servers",
-    features=frozenset({"transactions", "consumer-groups", "dedup"}),
-    clients=_CLIENTS,
-    workloads=_WORKLOADS,
     make_lifecycle=_make_external_lifecycle,
     bootstrap=_external_bootstrap,
     not_ready=_external_not_ready,
-    leaders=partition_leaders,
     starts_nodes=False,
 )

@@ -2,8 +2,7 @@
 
 Each decides with pure helpers (grudges, targets) and a seeded RNG, acts through the cluster's
 hosts and its system's node lifecycle, declares what it needs from the nodes (`needs`), and
-knows how to undo itself (`stop` for what it started, `heal` for
-anything at all). Descriptions are plain words: they become the history's nemesis op values.
+knows how to undo itself (`stop` for what it started, `heal` for anything at all). Descriptions are plain words: they become the history's nemesis op values.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
+from typing import TypeVar
 
 from logquake.cluster.cluster import Cluster
 from logquake.cluster.host import run_checked
@@ -30,6 +30,8 @@ from logquake.nemesis.net import Net
 from logquake.nemesis.targets import TARGETS, pick_targets
 from logquake.systems.base import Kill, NodeNeeds, Pause
 
+C = TypeVar("C", Kill, Pause)
+
 __all__ = ["PartitionFault", "KillFault", "PauseFault", "ClockFault", "DiskFault", "PacketLossFault",
            "StaleLeaderFault"]
 
@@ -42,7 +44,7 @@ def _leaders(target: Cluster) -> list[str]:
         return []
 
 
-def _capable(target: Cluster, family: str, capability: type) -> object:
+def _capable(target: Cluster, family: str, capability: type[C]) -> C:
     """The lifecycle as `capability` (Kill, Pause); ConfigError naming the fault when it lacks it."""
     lc = target.lifecycle
     if not isinstance(lc, capability):
@@ -119,13 +121,13 @@ class KillFault:
 
     def __init__(self, target: Cluster, rng: random.Random) -> None:
         self.target, self.rng = target, rng
-        self.kill: Kill = _capable(target, self.name, Kill)  # type: ignore[assignment]
+        self.killer = _capable(target, self.name, Kill)
         self.killed: list[str] = []
 
     def start(self, variant: str) -> str:
         nodes = _targets(self.target, self.rng, variant)
         for n in nodes:
-            self.kill.kill(n)
+            self.killer.kill(n)
         self.killed = sorted(set(self.killed) | set(nodes))
         return f"killed {','.join(nodes)}"
 
@@ -150,26 +152,26 @@ class PauseFault:
 
     def __init__(self, target: Cluster, rng: random.Random) -> None:
         self.target, self.rng = target, rng
-        self.pause: Pause = _capable(target, self.name, Pause)  # type: ignore[assignment]
+        self.pauser = _capable(target, self.name, Pause)
         self.paused: list[str] = []
 
     def start(self, variant: str) -> str:
         nodes = _targets(self.target, self.rng, variant)
         for n in nodes:
-            self.pause.pause(n)
+            self.pauser.pause(n)
         self.paused = sorted(set(self.paused) | set(nodes))
         return f"paused {','.join(nodes)}"
 
     def stop(self) -> str:
         nodes, self.paused = self.paused, []
         for n in nodes:
-            self.pause.resume(n)
+            self.pauser.resume(n)
         return f"resumed {','.join(nodes) or 'nothing'}"
 
     def heal(self) -> None:
         self.paused = []
         for n in self.target.nodes:
-            self.pause.resume(n)
+            self.pauser.resume(n)
 
 
 class ClockFault:
@@ -259,7 +261,7 @@ class DiskFault:
 
     def __init__(self, target: Cluster, rng: random.Random) -> None:
         self.target, self.rng = target, rng
-        self.kill: Kill = _capable(target, self.name, Kill)  # type: ignore[assignment]
+        self.killer = _capable(target, self.name, Kill)
         self.crashed: list[str] = []
         lazy = target.needs.lazyfs
         # power-loss is named explicitly (`disk:power-loss`): the seeded random draw stays as it was.
@@ -276,7 +278,7 @@ class DiskFault:
         who = {"power-loss": "all", "power-loss-majority": "majority"}.get(kind, "minority")
         nodes = _targets(self.target, self.rng, who)
         for n in nodes:  # every node down before any loses data: a power cut, not a rolling crash
-            self.kill.kill(n)
+            self.killer.kill(n)
         done = []
         for n in nodes:
             if kind != "corrupt-tail":
@@ -349,7 +351,7 @@ class StaleLeaderFault:
 
     def __init__(self, target: Cluster, net: Net, rng: random.Random, *, hold: float = 5.0) -> None:
         self.target, self.net, self.rng, self.hold = target, net, rng, hold
-        self.kill: Kill = _capable(target, self.name, Kill)  # type: ignore[assignment]
+        self.killer = _capable(target, self.name, Kill)
         self.down: list[str] = []
 
     def start(self, variant: str) -> str:
@@ -359,7 +361,7 @@ class StaleLeaderFault:
         self.net.drop(complete_grudge([[stale], rest]))
         time.sleep(self.hold)
         for n in rest:
-            self.kill.kill(n)
+            self.killer.kill(n)
         self.net.heal()
         up = sorted(self.rng.sample(rest, len(nodes) // 2)) if rest else []
         for n in up:

@@ -37,7 +37,7 @@ def test_docker_nodes_meet_the_host_contract_and_take_faults(tmp_path):
 
     cfg = resolve_config(None, {"backend": "docker", "nodes": 3, "replication_factor": 3})
     with open_cluster(cfg, tmp_path, start=False) as cluster:
-        cid = cluster.docker_id
+        cid = docker_client().containers.get(cluster.hosts["n1"].container).labels[LABEL]
         assert _leftovers(cid)
         host = cluster.hosts["n1"]
         check_host(host, "/tmp/work")

@@ -4,8 +4,7 @@
     ├── UserError                  the user can fix it; carries a `hint`
     │   ├── ConfigError            a config key has a bad value (names key, value, allowed)
     │   ├── HistoryFormatError     a history file is malformed (names file and line)
-    │   ├── MissingPrerequisite    a tool, privilege or kernel feature is missing
-    │   └── NotImplementedYet      a command that does not exist yet
+    │   └── MissingPrerequisite    a tool, privilege or kernel feature is missing
     └── HostError                  a command on a node failed (node, command, rc, stderr)
 
 Anything else escaping to the CLI is a logquake bug and keeps its traceback. A misbehaving
@@ -54,10 +53,6 @@ class HistoryFormatError(UserError):
 
 class MissingPrerequisite(UserError):
     """A tool, privilege or kernel feature logquake needs is not there."""
-
-
-class NotImplementedYet(UserError):
-    """A command or option that logquake does not implement yet."""
 
 
 class HostError(LogquakeError):

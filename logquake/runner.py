@@ -28,24 +28,29 @@ import contextlib
 import logging
 import random
 import signal
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from logquake.config import TestConfig, save_config
 from logquake.crew import CALL_TIMEOUT, CLOSE_TIMEOUT, Crew, Pacer, Recorder, Stats
 from logquake.diagnostics import StackDumps
-from logquake.errors import LogquakeError, NotImplementedYet
+from logquake.errors import LogquakeError
 from logquake.guarantees import apply_guarantee
 from logquake.history import HistoryWriter, Op, load_history
 from logquake.results import store
+from logquake.systems import Kill, NodeLifecycle, NodeNeeds
 from logquake.workloads import DRAIN, MAIN, Workload, get_workload
 from logquake.workloads.client import Client
 from logquake.workloads.registry import describe
+
+if TYPE_CHECKING:
+    from logquake.cluster import Cluster, Host
 
 log = logging.getLogger("logquake.runner")
 
@@ -77,13 +82,24 @@ class RunOutcome:
 
 @dataclass
 class StaticCluster:
-    """A cluster given only by bootstrap servers: nothing to set up, wait for or tear down."""
+    """A `Cluster` given only by bootstrap servers (a log in this process): no nodes to fault,
+    nothing to set up, wait for or tear down."""
 
     bootstrap_servers: str
     nodes: list[str] = field(default_factory=list)
+    hosts: dict[str, Host] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
+    lifecycle: Any = None  # nodes of its own, if a test gives it some
+    needs: NodeNeeds = NodeNeeds()
+    harness_address: str = ""
+    iptables: str = "iptables"
+    python: str = sys.executable
 
-    def wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         return None
+
+    def leaders(self, *, timeout: float = 5.0) -> dict[str, str]:
+        return {}
 
     def collect_logs(self, dest_dir: Path) -> None:
         return None
@@ -99,22 +115,13 @@ class StaticCluster:
 
 
 @contextlib.contextmanager
-def open_cluster(cfg: TestConfig, run_dir: Path) -> Iterator[Any]:
-    """The cluster under test (logquake.cluster), torn down on exit whatever happens.
-
-    An `external` cluster given by bootstrap servers needs nothing set up, so it works here
-    even where logquake.cluster has no external backend.
-    """
+def open_cluster(cfg: TestConfig, run_dir: Path) -> Iterator[Cluster]:
+    """The cluster under test, its nodes given what the test's faults need, torn down on exit
+    whatever happens."""
     from logquake.cluster import open_cluster as _open
+    from logquake.nemesis import node_needs
 
-    if cfg.backend == "external" and cfg.bootstrap_servers:
-        try:
-            cluster = _open(cfg, run_dir)
-        except NotImplementedYet:
-            cluster = StaticCluster(",".join(cfg.bootstrap_servers))
-    else:
-        cluster = _open(cfg, run_dir)
-    with contextlib.closing(cluster):
+    with contextlib.closing(_open(cfg, run_dir, needs=node_needs(cfg.nemesis))) as cluster:
         yield cluster
 
 
@@ -364,25 +371,26 @@ def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Even
     return {"complete": len(short) < len(crew.workers), "workers_short": short}
 
 
-def _brokers_down(cluster: Any) -> dict[str, str]:
-    """Brokers whose process is gone (node -> last line of its broker.out), where the backend
-    knows its brokers' processes (the lab's lifecycle); {} elsewhere."""
-    lifecycle = getattr(cluster, "lifecycle", None)
-    if lifecycle is None or not hasattr(lifecycle, "is_up"):
+def _brokers_down(cluster: Cluster) -> dict[str, str]:
+    """Nodes whose process is gone (node -> the last line it printed), where the system can
+    tell (its lifecycle has `Kill`); {} elsewhere."""
+    lifecycle = cluster.lifecycle
+    if not isinstance(lifecycle, Kill):
         return {}
     down = {}
-    for node in getattr(cluster, "nodes", []):
+    for node in cluster.nodes:
         with _logged(f"checking broker {node}"):
             if not lifecycle.is_up(node):
                 down[node] = _last_output_line(lifecycle, node)
     return down
 
 
-def _last_output_line(lifecycle: Any, node: str) -> str:
-    """The last line the broker printed (its broker.out in the lab), or ''."""
+def _last_output_line(lifecycle: NodeLifecycle, node: str) -> str:
+    """The last line the node's process printed (the first of its logs, readable here in the lab), or ''."""
+    logs = lifecycle.logs(node)
     try:
-        lines = Path(lifecycle.spec(node).path("broker.out")).read_text(errors="replace").strip().splitlines()
-    except (AttributeError, OSError, StopIteration):
+        lines = Path(logs[0]).read_text(errors="replace").strip().splitlines() if logs else []
+    except OSError:
         return ""
     return lines[-1] if lines else ""
 

@@ -1,39 +1,56 @@
-"""`open_cluster` for the docker, ssh and external backends (the lab has its own in cluster.py)."""
+"""The backend registry: lab, docker, ssh and external, peers that each build hosts for a system.
+
+A backend makes (or reaches) the hosts, builds the system's `NodeSpec`s on them, gives the
+system's lifecycle the faults' `NodeNeeds` it can meet, and says how to tear down what it made.
+`open_cluster` is the one entry point; nothing else chooses a backend by name.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from logquake.cluster.cluster import Cluster
+from logquake.cluster.cluster import NodeCluster
 from logquake.cluster.host import Host
 from logquake.cluster.hostcfg import HostEntry, parse_hosts
-from logquake.cluster.lifecycle import NodeSpec, PidSignals
-from logquake.cluster.remote import (
-    RemoteCluster,
-    RemoteState,
-    detect_iptables,
-    install_logquake,
-    lifecycle_for,
-)
+from logquake.cluster.remote import detect_iptables, install_logquake
 from logquake.config import TestConfig
 from logquake.errors import ConfigError
+from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System, get_system
 
-__all__ = ["ExternalCluster", "open_backend", "open_ssh", "open_external", "make_host"]
+__all__ = ["BACKENDS", "EXTERNAL_FAULTS", "Backend", "make_host", "open_cluster"]
+
+Opener = Callable[[TestConfig, Path, System, NodeNeeds, bool], NodeCluster]
 
 
-def open_backend(cfg: TestConfig, run_dir: Path, *, start: bool = True) -> Cluster:
+@dataclass(frozen=True, kw_only=True)
+class Backend:
+    """How one backend opens a cluster, and the system it runs unless told otherwise."""
+
+    name: str
+    open: Opener
+    default_system: str
+    starts_nodes: bool = True  # False: the nodes run already and are only reached
+
+
+def open_cluster(cfg: TestConfig, run_dir: Path, *, system: System | None = None,
+                 needs: NodeNeeds = NodeNeeds(), start: bool = True) -> NodeCluster:
+    """The cluster of cfg.backend running `system`, its nodes given `needs` where the backend can.
+
+    Everything the backend made is removed again if opening fails; otherwise by `close()`.
+    """
+    backend = BACKENDS.get(cfg.backend)
+    if backend is None:
+        raise ConfigError("backend", f"unknown backend {cfg.backend!r}; allowed: {', '.join(BACKENDS)}")
+    system = system or get_system(backend.default_system)
+    if system.starts_nodes != backend.starts_nodes:
+        raise ConfigError("backend", f"the {backend.name} backend cannot run system {system.name}: "
+                          f"it {'starts' if backend.starts_nodes else 'only reaches'} nodes")
     run_dir = Path(run_dir).resolve()
     (run_dir / "nodes").mkdir(parents=True, exist_ok=True)
-    if cfg.backend == "ssh":
-        return open_ssh(cfg, run_dir, start=start)
-    if cfg.backend == "external":
-        return open_external(cfg, run_dir)
-    if cfg.backend == "docker":
-        from logquake.cluster.docker import open_docker
-
-        return open_docker(cfg, run_dir, start=start)
-    raise ConfigError("backend", f"unknown backend {cfg.backend!r}")
+    return backend.open(cfg, run_dir, system, needs, start)
 
 
 def make_host(entry: HostEntry) -> Host:
@@ -46,17 +63,36 @@ def make_host(entry: HostEntry) -> Host:
     return DockerHost(entry.name, entry.container)
 
 
-def _start(cluster: RemoteCluster) -> RemoteCluster:
-    try:
-        cluster.start_all()
-    except BaseException:
-        cluster.close()
-        raise
-    return cluster
+def _close_hosts(hosts: Mapping[str, Host]) -> Callable[[], None]:
+    """The ssh hosts' connections closed (docker hosts hold none)."""
+
+    def close() -> None:
+        if not hosts:
+            return
+        from logquake.cluster.ssh import SshHost
+
+        for h in hosts.values():
+            if isinstance(h, SshHost):
+                with contextlib.suppress(Exception):
+                    h.close()
+
+    return close
 
 
-def open_ssh(cfg: TestConfig, run_dir: Path, *, start: bool = True) -> RemoteCluster:
-    """Upload logquake to every host of cfg.hosts and start a broker on each."""
+def _open_lab(cfg: TestConfig, run_dir: Path, system: System, needs: NodeNeeds, start: bool) -> NodeCluster:
+    from logquake.cluster.lab import open_lab
+
+    return open_lab(cfg, run_dir, system, needs, start=start)
+
+
+def _open_docker(cfg: TestConfig, run_dir: Path, system: System, needs: NodeNeeds, start: bool) -> NodeCluster:
+    from logquake.cluster.docker import open_docker
+
+    return open_docker(cfg, run_dir, system, needs, start=start)
+
+
+def _open_ssh(cfg: TestConfig, run_dir: Path, system: System, needs: NodeNeeds, start: bool) -> NodeCluster:
+    """Upload logquake to every host of cfg.hosts and start the system on each."""
     entries = parse_hosts(cfg.hosts, "ssh")
     if not entries:
         raise ConfigError("hosts", "the ssh backend needs hosts: [{address, user, key}, ...]")
@@ -65,69 +101,40 @@ def open_ssh(cfg: TestConfig, run_dir: Path, *, start: bool = True) -> RemoteClu
         raise ConfigError("hosts", f"every ssh host needs the same dir, got {sorted(dirs)}")
     base = dirs.pop()
     hosts = {e.name: make_host(e) for e in entries}
-    specs = [NodeSpec(name=e.name, node_id=i, address=e.address, node_dir=f"{base}/{e.name}")
-             for i, e in enumerate(entries, start=1)]
-    cluster: RemoteCluster | None = None
+    close_hosts = _close_hosts(hosts)
+    specs = tuple(NodeSpec(name=e.name, node_id=i, address=e.address, node_dir=f"{base}/{e.name}",
+                           client_port=system.client_port, peer_port=system.peer_port)
+                  for i, e in enumerate(entries, start=1))
+    needs = NodeNeeds(faketime=needs.faketime)  # no LazyFS on machines we do not own; corrupt-tail covers disk
+    cluster: NodeCluster | None = None
     try:
         # One by one: on hosts sharing a filesystem the uploads would race.
         python = ""
         for e in entries:
             python = install_logquake(hosts[e.name], base, e.python)
-        state = RemoteState(run_dir=str(run_dir), iptables=detect_iptables(hosts[entries[0].name]))
-        cluster = RemoteCluster(state=state, hosts=hosts, lifecycle=lifecycle_for(cfg, hosts, specs, python))
+        setup = NodeSetup(hosts=hosts, specs=specs, needs=needs, python=python, cfg=cfg)
+        cluster = NodeCluster(system=system, hosts=hosts, lifecycle=system.make_lifecycle(setup), specs=specs,
+                              needs=needs, bootstrap=system.bootstrap(specs, cfg), run_dir=str(run_dir),
+                              python=python, iptables=detect_iptables(hosts[entries[0].name]), on_close=close_hosts)
+        cluster.install_all()
         for n in cluster.nodes:
-            cluster.lifecycle.install(n)
-            cluster.lifecycle.wipe(n)  # a broker or data left by an earlier run on this machine
+            cluster.lifecycle.wipe(n)  # a node or data left by an earlier run on this machine
+        if start:
+            cluster.start_all()
     except BaseException:
-        for h in hosts.values():
-            with contextlib.suppress(Exception):
-                h.close()  # type: ignore[attr-defined]
+        if cluster is not None:
+            cluster.close()
+        else:
+            close_hosts()
         raise
-    return _start(cluster) if start else cluster
+    return cluster
 
 
-class _ExternalLifecycle(PidSignals):
-    """Kill, pause and restart brokers someone else runs: by their pid file and start command."""
-
-    def __init__(self, hosts: dict[str, Host], entries: dict[str, HostEntry]) -> None:
-        self.hosts, self.entries = hosts, entries
-        self.specs: list[NodeSpec] = [NodeSpec(name=n, node_id=i, address=e.address)
-                                      for i, (n, e) in enumerate(entries.items(), start=1)]
-        self.lazyfs = False
-        self.python = "python3"
-
-    def spec(self, node: str) -> NodeSpec:
-        return next(s for s in self.specs if s.name == node)
-
-    def pid(self, node: str) -> int | None:
-        e = self.entries[node]
-        if not e.pidfile:
-            raise ConfigError(f"hosts.{node}.pidfile", "kill and pause faults need the broker's pid file")
-        rc, out, _ = self.hosts[node].exec(["cat", e.pidfile], timeout=20)
-        return int(out.strip()) if rc == 0 and out.strip().isdigit() else None
-
-    def start(self, node: str) -> int:
-        from logquake.cluster.host import run_checked
-
-        if self.is_up(node):
-            return self.pid(node) or 0
-        e = self.entries[node]
-        if not e.start:
-            raise ConfigError(f"hosts.{node}.start", "restarting a killed broker needs a start command")
-        run_checked(self.hosts[node], ["sh", "-c", e.start], timeout=60)
-        return self.pid(node) or 0
-
-    def logs(self, node: str) -> list[str]:
-        return []
-
-    def stop(self, node: str, *, timeout: float = 10.0) -> None:
-        return None  # not ours to stop
-
-
+# Faults that act on nodes logquake did not start: no clock shim or data dir of ours there.
 EXTERNAL_FAULTS = ("partition", "packet-loss", "kill", "pause", "stale-leader")
 
 
-def open_external(cfg: TestConfig, run_dir: Path) -> RemoteCluster:
+def _open_external(cfg: TestConfig, run_dir: Path, system: System, needs: NodeNeeds, start: bool) -> NodeCluster:
     """A cluster someone else runs, given by bootstrap servers; faults through cfg.hosts, if any."""
     if not cfg.bootstrap_servers:
         raise ConfigError("bootstrap_servers", "the external backend needs bootstrap_servers: [host:port, ...]")
@@ -140,31 +147,20 @@ def open_external(cfg: TestConfig, run_dir: Path) -> RemoteCluster:
         raise ConfigError("nemesis", f"{', '.join(unsupported)} cannot act on an external cluster; "
                           f"allowed: {', '.join(EXTERNAL_FAULTS)}")
     hosts = {e.name: make_host(e) for e in entries}
+    specs = tuple(NodeSpec(name=e.name, node_id=i, address=e.address) for i, e in enumerate(entries, start=1))
+    needs = NodeNeeds()
+    setup = NodeSetup(hosts=hosts, specs=specs, needs=needs, python="python3", cfg=cfg)
     iptables = detect_iptables(next(iter(hosts.values()))) if hosts else "iptables"
-    lifecycle = _ExternalLifecycle(hosts, {e.name: e for e in entries})
-    return ExternalCluster(state=RemoteState(run_dir=str(run_dir), iptables=iptables), hosts=hosts,
-                           lifecycle=lifecycle, bootstrap=",".join(cfg.bootstrap_servers))  # type: ignore[arg-type]
+    return NodeCluster(system=system, hosts=hosts, lifecycle=system.make_lifecycle(setup), specs=specs,
+                       needs=needs, bootstrap=system.bootstrap(specs, cfg), run_dir=str(run_dir), python="python3",
+                       iptables=iptables, on_close=_close_hosts(hosts))
 
 
-class ExternalCluster(RemoteCluster):
-    """Brokers we neither start nor stop: ready when Metadata answers, no logs of ours to collect."""
-
-    def __init__(self, *, bootstrap: str, **kw) -> None:
-        super().__init__(stop_brokers=False, **kw)
-        self.bootstrap_servers = bootstrap
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        import time
-
-        from logquake.cluster.cluster import _metadata
-        from logquake.errors import HostError
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if _metadata(self.bootstrap_servers, timeout=2.0).get("brokers"):
-                return
-            time.sleep(0.2)
-        raise HostError("external", "wait_ready", -1, f"no broker at {self.bootstrap_servers} answered Metadata")
-
-    def collect_logs(self, dest_dir: Path) -> None:
-        return None
+BACKENDS: Mapping[str, Backend] = {
+    b.name: b for b in (
+        Backend(name="lab", open=_open_lab, default_system="kafka"),
+        Backend(name="docker", open=_open_docker, default_system="kafka"),
+        Backend(name="ssh", open=_open_ssh, default_system="kafka"),
+        Backend(name="external", open=_open_external, default_system="kafka-external", starts_nodes=False),
+    )
+}

@@ -9,12 +9,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from logquake.cluster.cluster import attach_cluster, open_cluster
-from logquake.cluster.lab import prepare_lab
+from logquake.cluster.backends import open_cluster
+from logquake.cluster.lab import LabCluster, attach_lab, prepare_lab
 from logquake.cluster.state import LabState, destroy, is_running, load_states
 from logquake.cluster.userns import in_private_userns, join_userns
 from logquake.config import TestConfig
 from logquake.errors import UserError
+from logquake.systems import get_system
+from logquake.systems.kafka import PidSignals
 
 __all__ = ["cluster_up", "cluster_status", "cluster_down"]
 
@@ -26,6 +28,7 @@ def cluster_up(*, nodes: int, run_dir: Path | None, wait: float, console: Consol
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="logquake-lab-"))
     with console.status(f"starting {nodes} lab nodes"):
         cluster = open_cluster(cfg, run_dir)
+    assert isinstance(cluster, LabCluster)  # the lab backend's, by cfg.backend
     ready = True
     if wait > 0:
         with console.status("waiting for the brokers"):
@@ -73,14 +76,17 @@ def cluster_status(*, cluster_id: str | None, console: Console) -> None:
 
 
 def _table(st: LabState) -> Table:
-    cluster = attach_cluster(st)
+    # `cluster up` starts the embedded broker, whose processes are known by pid files.
+    cluster = attach_lab(st, get_system("kafka"))
+    lifecycle = cluster.lifecycle
+    assert isinstance(lifecycle, PidSignals)
     leaders = cluster.leaders(timeout=3.0)
     table = Table(title=f"lab cluster {st.cluster_id} ({st.mode}) - {cluster.bootstrap_servers}")
     for col in ("node", "address", "pid", "up", "leader of"):
         table.add_column(col)
     for node in cluster.nodes:
-        pid = cluster.lifecycle.pid(node)
-        up = cluster.lifecycle.is_up(node)
+        pid = lifecycle.pid(node)
+        up = lifecycle.is_up(node)
         led = [tp for tp, n in leaders.items() if n == node]
         table.add_row(node, cluster.addresses[node], str(pid or "-"), "[green]yes[/]" if up else "[red]no[/]",
                       ", ".join(led) or "-")

@@ -19,6 +19,7 @@ import tarfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from logquake.cluster.cluster import NodeCluster, node_names
 from logquake.cluster.host import (
     ExecResult,
     run_checked,
@@ -26,9 +27,10 @@ from logquake.cluster.host import (
     signal_by_kill,
     spawn_by_shell,
 )
-from logquake.cluster.lifecycle import NodeSpec
+from logquake.cluster.remote import detect_iptables
 from logquake.config import TestConfig
 from logquake.errors import ConfigError, HostError, MissingPrerequisite
+from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System
 
 __all__ = ["DockerHost", "open_docker", "docker_client", "build_image", "remove_docker_cluster", "reap_orphans", "IMAGE", "LABEL"]
 
@@ -248,11 +250,9 @@ def _make_nodes(client, cid: str, names: Sequence[str], image: str) -> tuple[dic
     return addresses, gateway
 
 
-def open_docker(cfg: TestConfig, run_dir: Path, *, start: bool = True):
-    """cfg.nodes containers with a broker each; removed again when the cluster closes."""
-    from logquake.cluster.cluster import node_names
-    from logquake.cluster.remote import RemoteCluster, RemoteState, detect_iptables, lifecycle_for
-
+def open_docker(cfg: TestConfig, run_dir: Path, system: System, needs: NodeNeeds, *,
+                start: bool = True) -> NodeCluster:
+    """cfg.nodes containers running the system; removed again when the cluster closes."""
     if cfg.hosts:
         raise ConfigError("hosts", "the docker backend makes its own containers; hosts is for ssh and external")
     client = docker_client()
@@ -260,17 +260,20 @@ def open_docker(cfg: TestConfig, run_dir: Path, *, start: bool = True):
     reap_orphans(client)
     cid = os.urandom(3).hex()
     names = node_names(cfg.nodes)
+    needs = NodeNeeds(faketime=needs.faketime)  # no FUSE in the containers; corrupt-tail covers disk faults
     try:
         addresses, gateway = _make_nodes(client, cid, names, image)
         hosts = {n: DockerHost(n, f"lq-{cid}-{n}", client=client) for n in names}
-        specs = [NodeSpec(name=n, node_id=i, address=addresses[n], node_dir=f"{NODE_DIR}/{n}")
-                 for i, n in enumerate(names, start=1)]
-        state = RemoteState(run_dir=str(run_dir), iptables=detect_iptables(hosts[names[0]]), harness_addr=gateway)
-        cluster = RemoteCluster(state=state, hosts=hosts, lifecycle=lifecycle_for(cfg, hosts, specs, sys.executable),
-                                on_close=lambda: _remove(client, cid))
-        cluster.docker_id = cid  # type: ignore[attr-defined]
-        for n in names:
-            cluster.lifecycle.install(n)
+        specs = tuple(NodeSpec(name=n, node_id=i, address=addresses[n], node_dir=f"{NODE_DIR}/{n}",
+                               client_port=system.client_port, peer_port=system.peer_port)
+                      for i, n in enumerate(names, start=1))
+        # The harness's interpreter: its tree is mounted at the same paths in every container.
+        setup = NodeSetup(hosts=hosts, specs=specs, needs=needs, python=sys.executable, cfg=cfg)
+        cluster = NodeCluster(system=system, hosts=hosts, lifecycle=system.make_lifecycle(setup), specs=specs,
+                              needs=needs, bootstrap=system.bootstrap(specs, cfg), run_dir=str(run_dir),
+                              python=sys.executable, iptables=detect_iptables(hosts[names[0]]),
+                              harness_address=gateway, on_close=lambda: _remove(client, cid))
+        cluster.install_all()
         if start:
             cluster.start_all()
     except BaseException:

@@ -18,25 +18,33 @@ Root builds this directly; anyone else first enters a private user+net+mount nam
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from logquake.cluster.cluster import NodeCluster, node_names
 from logquake.cluster.host import ExecResult, run_checked, spawn_script
+from logquake.cluster.shims import fuse_usable
 from logquake.cluster.state import LabState, destroy, load_states, proc_ref, state_dir, state_lock
 from logquake.cluster.userns import enter_private_userns, in_private_userns, is_real_root, spawn_anchor
-from logquake.errors import HostError, MissingPrerequisite
+from logquake.config import TestConfig
+from logquake.errors import ConfigError, HostError, MissingPrerequisite
+from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System
 
-__all__ = ["LabHost", "prepare_lab", "create_lab", "stop_lab", "lab_hosts", "harness_can_reach", "check_lab_prerequisites", "IPTABLES"]
+__all__ = ["IPTABLES", "LabCluster", "LabHost", "attach_lab", "check_lab_prerequisites", "create_lab",
+           "harness_can_reach", "lab_hosts", "open_lab", "prepare_lab", "stop_lab"]
+
+log = logging.getLogger(__name__)
 
 TOOLS = ("ip", "nsenter", "unshare", "setsid", "ps")
 IPTABLES = ("iptables-nft", "iptables-legacy")  # nft first: legacy needs /run/xtables.lock, absent in a userns
-KAFKA_PORT, RAFT_PORT = 9092, 9093
 
 
 class LabHost:
@@ -237,3 +245,54 @@ def stop_lab(state: LabState) -> list[str]:
     """Tear a lab cluster down: every process in its namespaces, so the namespaces go too."""
     return destroy(state)
 
+
+
+# -- a cluster on the lab ------------------------------------------------------------------
+
+
+class LabCluster(NodeCluster):
+    """A NodeCluster on lab nodes; `state` is what `logquake cluster status|down` read back."""
+
+    def __init__(self, *, state: LabState, **kw) -> None:
+        super().__init__(harness_address=state.harness_addr, iptables=state.iptables, run_dir=state.run_dir,
+                         on_close=lambda: _stop_logged(state), **kw)
+        self.state = state
+
+
+def _stop_logged(state: LabState) -> None:
+    problems = stop_lab(state)
+    if problems:
+        log.warning("lab teardown left: %s", "; ".join(problems))
+
+
+def _lab_cluster(state: LabState, cfg: TestConfig, system: System, needs: NodeNeeds) -> LabCluster:
+    hosts = lab_hosts(state)
+    run_dir = Path(state.run_dir)
+    specs = tuple(NodeSpec(name=n, node_id=i, address=state.addresses[n], node_dir=str(run_dir / "nodes" / n),
+                           client_port=system.client_port, peer_port=system.peer_port)
+                  for i, n in enumerate(state.holders, start=1))
+    needs = NodeNeeds(faketime=needs.faketime, lazyfs=needs.lazyfs and fuse_usable())
+    lifecycle = system.make_lifecycle(NodeSetup(hosts=hosts, specs=specs, needs=needs, python=sys.executable, cfg=cfg))
+    return LabCluster(state=state, system=system, hosts=hosts, lifecycle=lifecycle, specs=specs, needs=needs,
+                      bootstrap=system.bootstrap(specs, cfg), python=sys.executable)
+
+
+def open_lab(cfg: TestConfig, run_dir: Path, system: System, needs: NodeNeeds, *, start: bool = True) -> LabCluster:
+    """Bring up cfg.nodes lab nodes under run_dir/nodes/ and start the system on each."""
+    if cfg.nodes < 1:
+        raise ConfigError("nodes", f"must be at least 1, got {cfg.nodes}")
+    state = create_lab(node_names(cfg.nodes), run_dir)
+    try:
+        cluster = _lab_cluster(state, cfg, system, needs)
+        cluster.install_all()
+        if start:
+            cluster.start_all()
+    except BaseException:
+        stop_lab(state)
+        raise
+    return cluster
+
+
+def attach_lab(state: LabState, system: System, cfg: TestConfig | None = None) -> LabCluster:
+    """The cluster of a lab that is already up (for `logquake cluster status`); closing it stops it."""
+    return _lab_cluster(state, cfg or TestConfig(nodes=len(state.holders)), system, NodeNeeds())

@@ -1,82 +1,20 @@
-"""Clusters on hosts logquake did not build itself: ssh machines, docker containers, external brokers.
+"""What the docker and ssh backends do on hosts logquake did not build: find iptables, ship logquake.
 
-`RemoteCluster` is the lab's `Cluster` over other hosts: same lifecycle, same faults, its own
-teardown (stop the brokers, then whatever the backend made). `install_logquake` ships the
-broker to an ssh node as Jepsen ships a database: a tarball of this package, unpacked into the
-node's directory and run by a small wrapper with the node's own Python.
+`install_logquake` ships logquake to an ssh node as Jepsen ships a database: a tarball of this
+package, unpacked into the node's directory and run by a small wrapper with the node's own Python.
 """
 
 from __future__ import annotations
 
 import io
-import logging
-import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import logquake
-from logquake.cluster.cluster import Cluster
 from logquake.cluster.host import Host, run_checked
-from logquake.cluster.lifecycle import FAKETIME_SITE, BrokerLifecycle, NodeSpec
-from logquake.config import TestConfig
 
-__all__ = ["RemoteState", "RemoteCluster", "lifecycle_for", "install_logquake", "detect_iptables"]
-
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RemoteState:
-    """What the nemesis and error messages read from `cluster.state` (the lab's LabState has more)."""
-
-    run_dir: str
-    iptables: str = "iptables"
-    harness_addr: str = ""  # the address nodes see the harness at; "" when unknown
-
-
-class RemoteCluster(Cluster):
-    """A Cluster whose teardown is `on_close` (remove containers, close connections) after the brokers stop."""
-
-    def __init__(self, *, state: RemoteState, hosts: Mapping[str, Host], lifecycle: BrokerLifecycle,
-                 on_close: Callable[[], None] = lambda: None, stop_brokers: bool = True) -> None:
-        super().__init__(state=state, hosts=hosts, lifecycle=lifecycle)  # type: ignore[arg-type]
-        self._on_close = on_close
-        self._stop_brokers = stop_brokers
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._stop_brokers:
-            for node in self.nodes:
-                try:
-                    self.lifecycle.stop(node, timeout=5.0)
-                except Exception as e:  # the backend's teardown below must still run
-                    log.warning("stopping the broker on %s failed: %s", node, e)
-        for host in self.hosts.values():
-            close = getattr(host, "close", None)
-            if close is not None:
-                close()
-        try:
-            self._on_close()
-        except Exception as e:
-            log.warning("teardown failed: %s", e)
-
-
-def lifecycle_for(cfg: TestConfig, hosts: Mapping[str, Host], specs: Sequence[NodeSpec], python: str) -> BrokerLifecycle:
-    """`python` is the harness's own interpreter (docker: the harness tree is mounted at the same
-    paths, so is the clock shim) or install_logquake's wrapper (ssh), which puts the uploaded
-    copy's shim on the path itself."""
-    broker = dict(cfg.broker)
-    broker.setdefault("default_replication_factor", min(cfg.replication_factor, len(specs)))
-    broker.setdefault("default_partitions", cfg.partitions)
-    # LazyFS needs FUSE on the node; corrupt-tail covers disk faults everywhere.
-    shim = FAKETIME_SITE if python == sys.executable else None
-    return BrokerLifecycle(hosts=hosts, specs=list(specs), python=python, broker=broker,
-                           faketime="clock" in cfg.nemesis, faketime_site=shim, lazyfs=False)
+__all__ = ["detect_iptables", "install_logquake"]
 
 
 def detect_iptables(host: Host) -> str:

@@ -1,10 +1,19 @@
 """Faults and their schedule (DESIGN.md §5).
 
 Pure decisions (grudges, targets, the flip-flop schedule) are separate from acting on nodes
-(net.py's iptables chains, faults.py through the Host protocol and broker lifecycle).
+(net.py's iptables chains, faults.py through the Host protocol and the system's node lifecycle).
+Each fault family declares what it needs from the nodes; `node_needs` unions them for a test.
 """
 
-from logquake.nemesis.combined import FAMILIES, CombinedNemesis, build_nemesis, fault_families, make_faults
+from logquake.nemesis.combined import (
+    FAMILIES,
+    FAULTS,
+    CombinedNemesis,
+    build_nemesis,
+    fault_families,
+    make_faults,
+    node_needs,
+)
 from logquake.nemesis.faults import (
     ClockFault,
     DiskFault,
@@ -24,7 +33,7 @@ from logquake.nemesis.grudges import (
     make_grudge,
 )
 from logquake.nemesis.net import CHAIN, LOSS_CHAIN, OUT_CHAIN, Net
-from logquake.nemesis.protocol import Fault, Nemesis, NemesisTarget, NoopNemesis
+from logquake.nemesis.protocol import Fault, Nemesis, NoopNemesis
 from logquake.nemesis.schedule import Action, FlipFlop, NemesisScheduler, simulate
 from logquake.nemesis.targets import TARGETS, pick_targets
 
@@ -39,6 +48,7 @@ __all__ = [
     "ClockFault",
     "CombinedNemesis",
     "FAMILIES",
+    "FAULTS",
     "DiskFault",
     "Fault",
     "FlipFlop",
@@ -46,7 +56,6 @@ __all__ = [
     "KillFault",
     "Nemesis",
     "NemesisScheduler",
-    "NemesisTarget",
     "Net",
     "NoopNemesis",
     "PacketLossFault",
@@ -60,6 +69,7 @@ __all__ = [
     "fault_families",
     "make_faults",
     "make_grudge",
+    "node_needs",
     "pick_targets",
     "simulate",
 ]

@@ -11,6 +11,7 @@ import logging
 import random
 from collections.abc import Sequence
 
+from logquake.cluster.cluster import Cluster
 from logquake.config import TestConfig
 from logquake.errors import ConfigError
 from logquake.nemesis.faults import (
@@ -24,16 +25,25 @@ from logquake.nemesis.faults import (
 )
 from logquake.nemesis.grudges import CLIENTS
 from logquake.nemesis.net import Net
-from logquake.nemesis.protocol import Fault, Nemesis, NemesisTarget, NoopNemesis
+from logquake.nemesis.protocol import Fault, Nemesis, NoopNemesis
+from logquake.systems.base import NodeNeeds
 
-__all__ = ["FAMILIES", "CombinedNemesis", "build_nemesis", "fault_families", "make_faults"]
+__all__ = ["FAMILIES", "FAULTS", "CombinedNemesis", "build_nemesis", "fault_families", "make_faults", "node_needs"]
 
-FAMILIES = ("partition", "kill", "pause", "clock", "disk", "packet-loss", "stale-leader")
+# Every fault family, by the name a spec uses.
+FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
+    PartitionFault, KillFault, PauseFault, ClockFault, DiskFault, PacketLossFault, StaleLeaderFault)}
+FAMILIES = tuple(FAULTS)
 
 
 def fault_families(specs: Sequence[str]) -> list[str]:
     """The families of fault specs, in first-seen order: ["partition:leader", "kill"] -> partition, kill."""
     return list(dict.fromkeys(s.partition(":")[0] for s in specs))
+
+
+def node_needs(specs: Sequence[str]) -> NodeNeeds:
+    """What the nodes must provide for these fault specs: the union of their families' needs."""
+    return NodeNeeds.union(FAULTS[f].needs for f in fault_families(specs) if f in FAULTS)
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +96,7 @@ class CombinedNemesis:
             log.warning("nemesis teardown: %s", e)
 
 
-def make_faults(names: Sequence[str], target: NemesisTarget, rng: random.Random, net: Net) -> list[Fault]:
+def make_faults(names: Sequence[str], target: Cluster, rng: random.Random, net: Net) -> list[Fault]:
     makers = {
         "partition": lambda: PartitionFault(target, net, rng),
         "kill": lambda: KillFault(target, rng),
@@ -96,7 +106,7 @@ def make_faults(names: Sequence[str], target: NemesisTarget, rng: random.Random,
         "packet-loss": lambda: PacketLossFault(target, net, rng),
         "stale-leader": lambda: StaleLeaderFault(target, net, rng),
     }
-    unknown = [f for f in fault_families(names) if f not in makers]
+    unknown = [f for f in fault_families(names) if f not in FAULTS]
     if unknown:
         raise ConfigError("nemesis", f"unknown fault {unknown[0]!r}; allowed: {', '.join(FAMILIES)} (optionally :variant)")
     faults = {f: makers[f]() for f in fault_families(names)}
@@ -111,15 +121,13 @@ def make_faults(names: Sequence[str], target: NemesisTarget, rng: random.Random,
     return list(faults.values())
 
 
-def build_nemesis(cfg: TestConfig, cluster: NemesisTarget) -> Nemesis:
+def build_nemesis(cfg: TestConfig, cluster: Cluster) -> Nemesis:
     """The nemesis for cfg.nemesis over cluster, its choices drawn from a RNG seeded by cfg.seed."""
     if not cfg.nemesis:
         return NoopNemesis()
     rng = random.Random(f"nemesis-{cfg.seed}")
-    iptables = getattr(getattr(cluster, "state", None), "iptables", "iptables-nft")
     addresses = dict(cluster.addresses)
-    harness = getattr(cluster, "harness_address", None)
-    if harness:
-        addresses[CLIENTS] = harness
-    net = Net(cluster.hosts, addresses, iptables=iptables)
+    if cluster.harness_address:
+        addresses[CLIENTS] = cluster.harness_address
+    net = Net(cluster.hosts, addresses, iptables=cluster.iptables)
     return CombinedNemesis(make_faults(cfg.nemesis, cluster, rng, net), net=net, specs=cfg.nemesis)

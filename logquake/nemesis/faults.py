@@ -1,8 +1,8 @@
 """The fault families: partition, kill, pause, clock, disk, packet-loss.
 
 Each decides with pure helpers (grudges, targets) and a seeded RNG, acts through the cluster's
-hosts and broker lifecycle, and knows how to undo itself (`stop` for what it started, `heal` for
-anything at all). Descriptions are plain words: they become the history's nemesis op values.
+hosts and its system's node lifecycle, declares what it needs from the nodes (`needs`), and
+knows how to undo itself (`stop` for what it started, `heal` for anything at all). Descriptions are plain words: they become the history's nemesis op values.
 """
 
 from __future__ import annotations
@@ -11,8 +11,12 @@ import random
 import threading
 import time
 from collections.abc import Sequence
+from typing import TypeVar
 
+from logquake.cluster.cluster import Cluster
 from logquake.cluster.host import run_checked
+from logquake.cluster.shims import drop_unsynced, set_clock
+from logquake.errors import ConfigError
 from logquake.nemesis.grudges import (
     CLIENTS,
     EXPLICIT,
@@ -23,14 +27,16 @@ from logquake.nemesis.grudges import (
     make_grudge,
 )
 from logquake.nemesis.net import Net
-from logquake.nemesis.protocol import NemesisTarget
 from logquake.nemesis.targets import TARGETS, pick_targets
+from logquake.systems.base import Kill, NodeNeeds, Pause
+
+C = TypeVar("C", Kill, Pause)
 
 __all__ = ["PartitionFault", "KillFault", "PauseFault", "ClockFault", "DiskFault", "PacketLossFault",
            "StaleLeaderFault"]
 
 
-def _leaders(target: NemesisTarget) -> list[str]:
+def _leaders(target: Cluster) -> list[str]:
     """The leader of each partition (a node once per partition it leads); [] when unknown."""
     try:
         return sorted(target.leaders(timeout=3.0).values())
@@ -38,7 +44,16 @@ def _leaders(target: NemesisTarget) -> list[str]:
         return []
 
 
-def _targets(target: NemesisTarget, rng: random.Random, kind: str | None) -> list[str]:
+def _capable(target: Cluster, family: str, capability: type[C]) -> C:
+    """The lifecycle as `capability` (Kill, Pause); ConfigError naming the fault when it lacks it."""
+    lc = target.lifecycle
+    if not isinstance(lc, capability):
+        raise ConfigError("nemesis", f"{family} needs nodes that can {capability.__name__.lower()}; "
+                          f"{type(lc).__name__} cannot")
+    return lc
+
+
+def _targets(target: Cluster, rng: random.Random, kind: str | None) -> list[str]:
     kind = kind or rng.choice(TARGETS)
     leaders = _leaders(target) if kind == "leaders" else []
     return pick_targets(kind, target.nodes, rng, current_leaders=leaders)
@@ -60,10 +75,11 @@ class PartitionFault:
     """
 
     name = "partition"
+    needs = NodeNeeds()
     variants = tuple(GRUDGES)
     accepts = (*GRUDGES, *EXPLICIT)
 
-    def __init__(self, target: NemesisTarget, net: Net, rng: random.Random) -> None:
+    def __init__(self, target: Cluster, net: Net, rng: random.Random) -> None:
         self.target, self.net, self.rng = target, net, rng
         self.reset_on_stop = False
 
@@ -100,16 +116,18 @@ class KillFault:
     """SIGKILL brokers; stop restarts them."""
 
     name = "kill"
+    needs = NodeNeeds()
     variants = accepts = TARGETS
 
-    def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
+    def __init__(self, target: Cluster, rng: random.Random) -> None:
         self.target, self.rng = target, rng
+        self.killer = _capable(target, self.name, Kill)
         self.killed: list[str] = []
 
     def start(self, variant: str) -> str:
         nodes = _targets(self.target, self.rng, variant)
         for n in nodes:
-            self.target.lifecycle.kill(n)
+            self.killer.kill(n)
         self.killed = sorted(set(self.killed) | set(nodes))
         return f"killed {','.join(nodes)}"
 
@@ -129,29 +147,31 @@ class PauseFault:
     """SIGSTOP brokers; stop sends SIGCONT."""
 
     name = "pause"
+    needs = NodeNeeds()
     variants = accepts = TARGETS
 
-    def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
+    def __init__(self, target: Cluster, rng: random.Random) -> None:
         self.target, self.rng = target, rng
+        self.pauser = _capable(target, self.name, Pause)
         self.paused: list[str] = []
 
     def start(self, variant: str) -> str:
         nodes = _targets(self.target, self.rng, variant)
         for n in nodes:
-            self.target.lifecycle.pause(n)
+            self.pauser.pause(n)
         self.paused = sorted(set(self.paused) | set(nodes))
         return f"paused {','.join(nodes)}"
 
     def stop(self) -> str:
         nodes, self.paused = self.paused, []
         for n in nodes:
-            self.target.lifecycle.resume(n)
+            self.pauser.resume(n)
         return f"resumed {','.join(nodes) or 'nothing'}"
 
     def heal(self) -> None:
         self.paused = []
         for n in self.target.nodes:
-            self.target.lifecycle.resume(n)
+            self.pauser.resume(n)
 
 
 class ClockFault:
@@ -162,9 +182,10 @@ class ClockFault:
     """
 
     name = "clock"
+    needs = NodeNeeds(faketime=True)
     variants = accepts = ("bump", "strobe", "reset")
 
-    def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
+    def __init__(self, target: Cluster, rng: random.Random) -> None:
         self.target, self.rng = target, rng
         self._strobe_stop = threading.Event()
         self._strobe: threading.Thread | None = None
@@ -178,10 +199,13 @@ class ClockFault:
             parts = []
             for n in nodes:
                 ms = self.rng.choice((-1, 1)) * 2 ** self.rng.randint(2, 18)
-                self.target.lifecycle.set_clock(n, ms / 1000)
+                self._set(n, ms / 1000)
                 parts.append(f"{n} {ms:+d} ms")
             return "bumped " + ", ".join(parts)
         return self.strobe(nodes, delta=2 ** self.rng.randint(2, 16) / 1000, period=2 ** self.rng.randint(4, 10) / 1000)
+
+    def _set(self, node: str, offset_s: float) -> None:
+        set_clock(self.target.hosts[node], self.target.lifecycle.spec(node), offset_s)
 
     def strobe(self, nodes: Sequence[str], *, delta: float, period: float) -> str:
         """Flip the clocks of `nodes` between +delta s and true time every `period` s, until stop()."""
@@ -198,7 +222,7 @@ class ClockFault:
             on = not on
             for n in nodes:
                 try:
-                    self.target.lifecycle.set_clock(n, delta if on else 0.0)
+                    self._set(n, delta if on else 0.0)
                 except Exception:  # a node being restarted must not end the strobe
                     pass
 
@@ -210,7 +234,7 @@ class ClockFault:
 
     def _reset(self, nodes: Sequence[str]) -> str:
         for n in nodes:
-            self.target.lifecycle.set_clock(n, 0.0)
+            self._set(n, 0.0)
         return f"reset clocks of {','.join(nodes)}"
 
     def stop(self) -> str:
@@ -226,18 +250,20 @@ class DiskFault:
 
     lose-unfsynced crashes a minority and drops their unsynced writes; power-loss does that to
     every node at once (Jepsen's "kill all, lose unfsynced": only what a majority fsynced before
-    the ack survives). Both need the LazyFS data directories (the cluster enables them when
-    `disk` is among the faults); corrupt-tail works on any host. stop restarts the crashed brokers.
+    the ack survives). Both need the LazyFS data directories, which the backend grants where
+    it has FUSE; corrupt-tail works on any host. stop restarts the crashed brokers.
     """
 
     KINDS = ("lose-unfsynced", "corrupt-tail", "power-loss", "power-loss-majority")
 
     name = "disk"
+    needs = NodeNeeds(lazyfs=True)
 
-    def __init__(self, target: NemesisTarget, rng: random.Random) -> None:
+    def __init__(self, target: Cluster, rng: random.Random) -> None:
         self.target, self.rng = target, rng
+        self.killer = _capable(target, self.name, Kill)
         self.crashed: list[str] = []
-        lazy = getattr(target.lifecycle, "lazyfs", False)
+        lazy = target.needs.lazyfs
         # power-loss is named explicitly (`disk:power-loss`): the seeded random draw stays as it was.
         self.variants = ("lose-unfsynced", "corrupt-tail") if lazy else ("corrupt-tail",)
         self.accepts = self.KINDS if lazy else ("corrupt-tail",)
@@ -252,11 +278,11 @@ class DiskFault:
         who = {"power-loss": "all", "power-loss-majority": "majority"}.get(kind, "minority")
         nodes = _targets(self.target, self.rng, who)
         for n in nodes:  # every node down before any loses data: a power cut, not a rolling crash
-            self.target.lifecycle.kill(n)
+            self.killer.kill(n)
         done = []
         for n in nodes:
             if kind != "corrupt-tail":
-                self.target.lifecycle.drop_unsynced(n)
+                drop_unsynced(self.target.hosts[n], self.target.lifecycle.spec(n))
                 done.append(f"{n}: unsynced writes dropped")
             else:
                 done.append(f"{n}: {self._corrupt(n)}")
@@ -264,9 +290,9 @@ class DiskFault:
         return f"{kind}: " + "; ".join(done)
 
     def _corrupt(self, node: str) -> str:
-        lc = self.target.lifecycle
         mode = self.rng.choice(("truncate", "flip"))
-        argv = [lc.python, "-m", "logquake.nemesis.disktool", "corrupt-tail", lc.spec(node).path("data"),
+        argv = [self.target.python, "-m", "logquake.nemesis.disktool", "corrupt-tail",
+                self.target.lifecycle.spec(node).data_dir,
                 "--mode", mode, "--bytes", str(self.rng.randint(1, 256)), "--seed", str(self.rng.randrange(2**31))]
         return run_checked(self.target.hosts[node], argv, timeout=60).strip()
 
@@ -286,9 +312,10 @@ class PacketLossFault:
     """Random loss of incoming packets on some nodes (iptables `statistic` match)."""
 
     name = "packet-loss"
+    needs = NodeNeeds()
     variants = accepts = TARGETS
 
-    def __init__(self, target: NemesisTarget, net: Net, rng: random.Random) -> None:
+    def __init__(self, target: Cluster, net: Net, rng: random.Random) -> None:
         self.target, self.net, self.rng = target, net, rng
 
     def start(self, variant: str) -> str:
@@ -319,10 +346,12 @@ class StaleLeaderFault:
     """
 
     name = "stale-leader"
+    needs = NodeNeeds()
     variants = accepts = ()
 
-    def __init__(self, target: NemesisTarget, net: Net, rng: random.Random, *, hold: float = 5.0) -> None:
+    def __init__(self, target: Cluster, net: Net, rng: random.Random, *, hold: float = 5.0) -> None:
         self.target, self.net, self.rng, self.hold = target, net, rng, hold
+        self.killer = _capable(target, self.name, Kill)
         self.down: list[str] = []
 
     def start(self, variant: str) -> str:
@@ -332,7 +361,7 @@ class StaleLeaderFault:
         self.net.drop(complete_grudge([[stale], rest]))
         time.sleep(self.hold)
         for n in rest:
-            self.target.lifecycle.kill(n)
+            self.killer.kill(n)
         self.net.heal()
         up = sorted(self.rng.sample(rest, len(nodes) // 2)) if rest else []
         for n in up:

@@ -1,4 +1,4 @@
-"""What a nemesis is, and what it needs from a cluster.
+"""What a nemesis is, and what a fault needs from the nodes.
 
 A `Nemesis` injects faults as start/stop pairs: `start(spec)` begins one fault and says in
 plain words what it did, `stop()` ends the fault that is running, `heal()` undoes anything any
@@ -9,26 +9,12 @@ scheduler does, so every start and stop is an `info` op of process "nemesis".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
-from logquake.cluster.host import Host
-from logquake.cluster.lifecycle import BrokerLifecycle
+from logquake.systems.base import NodeNeeds
 
-__all__ = ["Nemesis", "NemesisTarget", "Fault", "NoopNemesis"]
-
-
-class NemesisTarget(Protocol):
-    """The parts of a Cluster that faults use."""
-
-    nodes: list[str]
-    hosts: Mapping[str, Host]
-    addresses: Mapping[str, str]
-    lifecycle: BrokerLifecycle
-
-    def leaders(self, *, timeout: float = 5.0) -> dict[str, str]:
-        """{"topic/partition": node}; {} when unknown."""
-        ...
+__all__ = ["Nemesis", "Fault", "NoopNemesis"]
 
 
 class Nemesis(Protocol):
@@ -59,6 +45,7 @@ class Fault(Protocol):
     """One family of faults (partition, kill, ...), driven by the combined nemesis."""
 
     name: str
+    needs: NodeNeeds  # what every node must provide for this family (a class attribute)
     variants: Sequence[str]  # drawn from at random when the spec names none
     accepts: Sequence[str]  # every variant a spec may name (`partition:leader`)
 

@@ -140,19 +140,22 @@ def fake_python(base: Path) -> str:
 @contextlib.contextmanager
 def fake_cluster(n: int, base: Path, *, faketime: bool = False, lazyfs: bool = False):
     """A real lab Cluster whose 'brokers' are fake_broker.py processes."""
-    from logquake.cluster import BrokerLifecycle, Cluster
-    from logquake.cluster.cluster import _specs
+    from logquake.cluster import LabCluster
+    from logquake.systems import NodeNeeds, NodeSpec, get_system
+    from logquake.systems.kafka import BrokerLifecycle
 
     require_lab()
     base = base.resolve()
     state = create_lab([f"n{i}" for i in range(1, n + 1)], base)
     try:
         hosts = lab_hosts(state)
-        lc = BrokerLifecycle(hosts=hosts, specs=_specs(state, base), python=fake_python(base / "bin"),
-                             faketime=faketime, lazyfs=lazyfs)
-        cluster = Cluster(state=state, hosts=hosts, lifecycle=lc)
-        for node in cluster.nodes:
-            lc.install(node)
+        specs = tuple(NodeSpec(name=n, node_id=i, address=state.addresses[n], node_dir=str(base / "nodes" / n))
+                      for i, n in enumerate(state.holders, start=1))
+        needs = NodeNeeds(faketime=faketime, lazyfs=lazyfs)
+        lc = BrokerLifecycle(hosts=hosts, specs=specs, python=fake_python(base / "bin"), needs=needs)
+        cluster = LabCluster(state=state, system=get_system("kafka"), hosts=hosts, lifecycle=lc, specs=specs,
+                             needs=needs, bootstrap="", python=lc.python)
+        cluster.install_all()
         cluster.start_all()
         for node in cluster.nodes:
             wait_until(lambda node=node: Path(lc.spec(node).path("clock")).exists(), what=f"fake broker on {node}")

@@ -11,7 +11,9 @@ import pytest
 from logquake.cluster import open_cluster
 from logquake.cluster.conformance import check_host
 from logquake.cluster.docker import LABEL, docker_client
+from logquake.cluster.shims import faketime_env, set_clock
 from logquake.config import resolve_config
+from logquake.nemesis import node_needs
 
 from .dockerkit import require_docker
 from .labkit import wait_until
@@ -35,14 +37,14 @@ def test_docker_nodes_meet_the_host_contract_and_take_faults(tmp_path):
 
     cfg = resolve_config(None, {"backend": "docker", "nodes": 3, "replication_factor": 3})
     with open_cluster(cfg, tmp_path, start=False) as cluster:
-        cid = cluster.docker_id
+        cid = docker_client().containers.get(cluster.hosts["n1"].container).labels[LABEL]
         assert _leftovers(cid)
         host = cluster.hosts["n1"]
         check_host(host, "/tmp/work")
         for n, h in cluster.hosts.items():  # each container has its own fixed address
             assert cluster.addresses[n] in h.exec(["ip", "-4", "-o", "addr"]).out
         # a partition through iptables in the containers (NET_ADMIN), then healed
-        net = Net(cluster.hosts, cluster.addresses, iptables=cluster.state.iptables)
+        net = Net(cluster.hosts, cluster.addresses, iptables=cluster.iptables)
         grudge = make_grudge("majority", cluster.nodes, random.Random(1))
         net.drop(grudge)
         victim = next(n for n in cluster.nodes if grudge.get(n))
@@ -84,10 +86,10 @@ def host_stat(cluster, node: str) -> str:
 def test_clock_fault_reaches_the_broker_through_faketime(tmp_path):
     require_docker()
     cfg = resolve_config(None, {"backend": "docker", "nodes": 1, "replication_factor": 1, "nemesis": "clock"})
-    with open_cluster(cfg, tmp_path, start=False) as cluster:
+    with open_cluster(cfg, tmp_path, start=False, needs=node_needs(cfg.nemesis)) as cluster:
         lc, host = cluster.lifecycle, cluster.hosts["n1"]
-        lc.set_clock("n1", 3600.0)
-        env = lc._env("n1")
+        set_clock(host, lc.spec("n1"), 3600.0)
+        env = faketime_env(lc.spec("n1"), lc.faketime_site)
         script = "import time; print(int(time.time()))"
         rc, out, err = host.exec(["env", *(f"{k}={v}" for k, v in env.items()), lc.python, "-c", script])
         assert rc == 0, err

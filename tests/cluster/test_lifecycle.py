@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from logquake.cluster import BrokerLifecycle, NodeSpec, open_cluster
-from logquake.cluster.lifecycle import FAKETIME_SITE, LIBFAKETIME
+from logquake.cluster import open_cluster
+from logquake.cluster.conformance import check_node_lifecycle
 from logquake.cluster.remote import install_logquake
+from logquake.cluster.shims import FAKETIME_SITE, LIBFAKETIME, faketime_env, set_clock
 from logquake.config import TestConfig
+from logquake.nemesis import node_needs
+from logquake.systems import NodeSetup, NodeSpec, get_system
+from logquake.systems.kafka import BrokerLifecycle
 
 from .labkit import fake_clock, fake_cluster, fake_counter, lab, require_lab, wait_until
 
@@ -37,23 +41,31 @@ def test_node_yaml_is_what_the_broker_accepts(tmp_path):
         (1, "10.77.9.11", 9092, 9093), (2, "10.77.9.12", 9092, 9093), (3, "10.77.9.13", 9092, 9093)]
 
 
-def test_faketime_env_only_when_clock_faults_are_on(tmp_path):
-    plain = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3")
-    skewed = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3", faketime=True)
-    assert plain._env("n1") == {}
-    env = skewed._env("n1")
+@pytest.mark.parametrize(("faults", "faketime", "lazyfs"), [
+    ((), False, False), (("partition", "kill"), False, False), (("clock:bump",), True, False),
+    (("disk:power-loss",), False, True), (("clock", "disk", "pause"), True, True)])
+def test_the_broker_gets_faketime_and_lazyfs_only_when_a_fault_needs_them(tmp_path, faults, faketime, lazyfs):
+    setup = NodeSetup(hosts={}, specs=tuple(_specs(tmp_path)), needs=node_needs(faults), python=sys.executable,
+                      cfg=TestConfig(nodes=3))
+    lc = get_system("kafka").make_lifecycle(setup)
+    assert isinstance(lc, BrokerLifecycle)
+    assert (lc.needs.faketime, lc.needs.lazyfs) == (faketime, lazyfs)
+    assert lc.faketime_site == FAKETIME_SITE  # the harness's interpreter finds the shim in this tree
+
+
+def test_faketime_env_names_the_node_offset_file_and_fakes_only_the_wall_clock(tmp_path):
+    env = faketime_env(_specs(tmp_path)[0], FAKETIME_SITE)
     assert env["FAKETIME_TIMESTAMP_FILE"].endswith("n1/faketime.rc") and "faketime" in env["LD_PRELOAD"]
     assert env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
 
 
 def test_faketime_shim_goes_in_front_of_the_inherited_pythonpath(tmp_path, monkeypatch):
-    skewed = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3", faketime=True)
+    spec = _specs(tmp_path)[0]
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    assert skewed._env("n1")["PYTHONPATH"] == FAKETIME_SITE
+    assert faketime_env(spec, FAKETIME_SITE)["PYTHONPATH"] == FAKETIME_SITE
     monkeypatch.setenv("PYTHONPATH", "/tmp/snap")
-    assert skewed._env("n1")["PYTHONPATH"] == f"{FAKETIME_SITE}:/tmp/snap"
-    wrapped = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python="python3", faketime=True, faketime_site=None)
-    assert "PYTHONPATH" not in wrapped._env("n1")  # the ssh wrapper adds its own copy's shim
+    assert faketime_env(spec, FAKETIME_SITE)["PYTHONPATH"] == f"{FAKETIME_SITE}:/tmp/snap"
+    assert "PYTHONPATH" not in faketime_env(spec, None)  # the ssh wrapper adds its own copy's shim
 
 
 HANDOFFS = """
@@ -79,12 +91,12 @@ def test_a_skewed_broker_hands_work_between_threads_as_fast_as_a_plain_one(tmp_p
     # Big writes go to a broker's writer thread and back (and librdkafka's threads hand off
     # all the time): under libfaketime's default "monotonic fix" each hand-off got ~50x
     # slower (the clock cells' missing ops).
-    lc = BrokerLifecycle(hosts={}, specs=_specs(tmp_path), python=sys.executable, faketime=True)
-    rc = Path(lc.spec("n1").path("faketime.rc"))
+    spec = _specs(tmp_path)[0]
+    rc = Path(spec.path("faketime.rc"))
     rc.parent.mkdir(parents=True)
     rc.write_text("-3600.000\n")
     plain, _ = _handoffs({})
-    skewed, skew = _handoffs(lc._env("n1"))
+    skewed, skew = _handoffs(faketime_env(spec, FAKETIME_SITE))
     assert abs(skew + 3600) < 30  # the clock fault itself still works
     assert skewed > plain / 4, (skewed, plain)
 
@@ -109,7 +121,7 @@ def test_a_broker_under_clock_faults_keeps_its_pythonpath_and_its_sitecustomize(
         assert (site / f"ran.{lc.pid('n1')}").exists()
         n = fake_counter(c, "n1")
         wait_until(lambda: fake_counter(c, "n1") > n + 5, what="the broker's time.sleep loop to run")
-        lc.set_clock("n1", 3600)
+        set_clock(c.hosts["n1"], lc.spec("n1"), 3600)
         wait_until(lambda: fake_clock(c, "n1") - time.time() > 3500, what="n1 an hour ahead")
 
 
@@ -128,6 +140,13 @@ def test_the_ssh_wrapper_puts_the_shim_in_front_of_the_inherited_pythonpath(tmp_
     pkg = str(tmp_path / "node" / "pkg")
     assert path.split(os.pathsep)[1:4] == [pkg, f"{pkg}/logquake/cluster/faketime_site", str(site)]
     assert (site / f"ran.{pid}").exists()
+
+
+@pytest.mark.lab
+def test_the_broker_lifecycle_meets_the_node_lifecycle_contract(tmp_path):
+    with fake_cluster(2, tmp_path) as c:
+        check_node_lifecycle(c.lifecycle, c.hosts["n1"], "n1")
+        assert c.lifecycle.is_up("n2")  # nothing done to one node reaches another
 
 
 @pytest.mark.lab

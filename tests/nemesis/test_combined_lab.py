@@ -51,7 +51,7 @@ def test_schedule_of_every_fault_then_final_heal(tmp_path):
             raw = Path(f"/proc/{pid}/stat").read_text()
             assert raw[raw.rindex(")") + 2] != "T", f"{n} still paused"
             assert Path(c.lifecycle.spec(n).path("faketime.rc")).read_text().strip() == "+0.000"
-        net = Net(c.hosts, c.addresses, iptables=c.state.iptables)
+        net = Net(c.hosts, c.addresses, iptables=c.iptables)
         for n in c.nodes:
             rules = net.rules(n)
             assert CHAIN not in rules and LOSS_CHAIN not in rules

@@ -14,6 +14,7 @@ import pytest
 from cluster.labkit import fake_clock, fake_cluster, fake_counter, wait_until
 
 from logquake.cluster.lab import harness_can_reach
+from logquake.cluster.shims import drop_unsynced, set_clock
 from logquake.nemesis import ClockFault, DiskFault, KillFault, PauseFault
 
 pytestmark = pytest.mark.lab
@@ -68,7 +69,7 @@ def test_clock_bump_is_seen_by_the_process_and_reset_restores(tmp_path):
 
         for n in c.nodes:
             assert abs(skew(n)) < 5
-        c.lifecycle.set_clock("n1", 3600)
+        set_clock(c.hosts["n1"], c.lifecycle.spec("n1"), 3600)
         wait_until(lambda: abs(skew("n1") - 3600) < 5, what="n1 one hour ahead")
         assert abs(skew("n2")) < 5
         fault = ClockFault(c, random.Random(3))
@@ -114,7 +115,7 @@ def test_lose_unfsynced_drops_exactly_the_unsynced_tail(tmp_path):
         written = _segment_lines(c, "n1")
         synced = _synced(c, "n1")
         assert synced % 5 == 0 and len(written) >= synced
-        c.lifecycle.drop_unsynced("n1")
+        drop_unsynced(c.hosts["n1"], c.lifecycle.spec("n1"))
         after = _segment_lines(c, "n1")
         # Lines up to the last multiple of 5 were fsynced (unless the kill fell between that
         # write and its fsync); everything after it was not, and must be gone.
@@ -193,7 +194,7 @@ def test_stale_leader_isolates_then_restarts_a_quorum_with_the_stale_node(tmp_pa
     from logquake.nemesis import CHAIN, Net, StaleLeaderFault
 
     with fake_cluster(3, tmp_path) as c:
-        net = Net(c.hosts, c.addresses, iptables=c.state.iptables)
+        net = Net(c.hosts, c.addresses, iptables=c.iptables)
         fault = StaleLeaderFault(c, net, random.Random(5), hold=0.5)
         desc = fault.start("")
         up = [n for n in c.nodes if c.lifecycle.is_up(n)]
@@ -212,7 +213,7 @@ def test_partition_replies_silences_brokers_towards_the_clients_one_way(tmp_path
     from logquake.nemesis import CLIENTS, OUT_CHAIN, Net, PartitionFault
 
     with fake_cluster(2, tmp_path) as c:
-        net = Net(c.hosts, {**c.addresses, CLIENTS: c.harness_address}, iptables=c.state.iptables)
+        net = Net(c.hosts, {**c.addresses, CLIENTS: c.harness_address}, iptables=c.iptables)
         fault = PartitionFault(c, net, random.Random(0))
         assert all(harness_can_reach(c.addresses[n], 9092) for n in c.nodes)
         assert fault.start("replies") == "replies: n1,n2 drop everything to the clients"

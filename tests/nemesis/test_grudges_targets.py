@@ -146,9 +146,11 @@ def test_make_faults_checks_named_variants_before_anything_runs():
 
     from logquake.errors import ConfigError
     from logquake.nemesis import make_faults
+    from logquake.systems import NodeNeeds
 
     def target(lazy):
-        return SimpleNamespace(nodes=NODES, lifecycle=SimpleNamespace(lazyfs=lazy))
+        killable = SimpleNamespace(kill=lambda node: True, is_up=lambda node: True)
+        return SimpleNamespace(nodes=NODES, needs=NodeNeeds(lazyfs=lazy), lifecycle=killable)
 
     specs = ["partition:leader", "partition", "kill:majority", "disk:power-loss-majority", "stale-leader"]
     faults = make_faults(specs, target(True), random.Random(0), net=None)
@@ -160,3 +162,16 @@ def test_make_faults_checks_named_variants_before_anything_runs():
     assert "LazyFS" in (e.value.hint or "")
     with pytest.raises(ConfigError, match="unknown fault 'flood'"):
         make_faults(["flood"], target(True), random.Random(0), net=None)
+    unkillable = SimpleNamespace(nodes=NODES, needs=NodeNeeds(), lifecycle=SimpleNamespace(is_up=lambda node: True))
+    with pytest.raises(ConfigError, match="kill needs nodes that can kill"):
+        make_faults(["kill"], unkillable, random.Random(0), net=None)
+
+
+def test_each_family_declares_what_it_needs_from_the_nodes():
+    from logquake.nemesis import FAULTS, node_needs
+    from logquake.systems import NodeNeeds
+
+    assert {name: f.needs for name, f in FAULTS.items() if f.needs != NodeNeeds()} == {
+        "clock": NodeNeeds(faketime=True), "disk": NodeNeeds(lazyfs=True)}
+    assert node_needs([]) == node_needs(["partition:leader", "kill", "stale-leader"]) == NodeNeeds()
+    assert node_needs(["clock:strobe", "disk:corrupt-tail"]) == NodeNeeds(faketime=True, lazyfs=True)

@@ -9,7 +9,7 @@ from cluster.labkit import require_lab, wait_until
 
 from logquake.cluster import open_cluster
 from logquake.config import TestConfig
-from logquake.nemesis import build_nemesis
+from logquake.nemesis import build_nemesis, node_needs
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -29,8 +29,8 @@ def _produce(bootstrap: str, n: int, *, timeout_ms: int = 20000) -> int:
 def test_leaders_partition_and_lose_unfsynced_with_real_brokers(tmp_path):
     require_lab()
     cfg = TestConfig(nodes=3, replication_factor=3, nemesis=("partition", "disk"), seed=7)
-    with open_cluster(cfg, tmp_path) as c:
-        assert c.lifecycle.lazyfs  # data dirs on LazyFS
+    with open_cluster(cfg, tmp_path, needs=node_needs(cfg.nemesis)) as c:
+        assert c.needs.lazyfs  # data dirs on LazyFS
         c.wait_ready(90)
         assert wait_until(lambda: _produce(c.bootstrap_servers, 20) == 20, timeout=90, what="writes acked")
         old = wait_until(lambda: c.leaders().get("faults/0"), what="a leader for faults/0")

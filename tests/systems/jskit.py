@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from logquake.broker.localcluster import free_ports
-from logquake.cluster.lifecycle import NodeSpec
+from logquake.systems.base import NodeSpec
 from logquake.systems.jetstream.server import JetStreamLifecycle, JetStreamSettings
 
 from .localhost import LocalHost
@@ -18,8 +18,8 @@ def local_lifecycle(base: Path, *, n: int = 3, settings: JetStreamSettings | Non
                     lazyfs: bool = False) -> JetStreamLifecycle:
     """n nodes on loopback, each with its own free client, cluster and monitoring ports."""
     ports = free_ports(3 * n)
-    specs = [NodeSpec(name=f"n{i + 1}", node_id=i + 1, address="127.0.0.1", kafka_port=ports[3 * i],
-                      raft_port=ports[3 * i + 1], node_dir=str(base / f"n{i + 1}")) for i in range(n)]
+    specs = [NodeSpec(name=f"n{i + 1}", node_id=i + 1, address="127.0.0.1", client_port=ports[3 * i],
+                      peer_port=ports[3 * i + 1], node_dir=str(base / f"n{i + 1}")) for i in range(n)]
     return JetStreamLifecycle(hosts={s.name: LocalHost(s.name) for s in specs}, specs=specs,
                               settings=settings or JetStreamSettings(),
                               monitor_ports={s.name: ports[3 * i + 2] for i, s in enumerate(specs)},

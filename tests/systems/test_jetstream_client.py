@@ -28,7 +28,7 @@ def _client(lc, *, node: str | None = None, **kw) -> Validated:
     if node is None:
         c.open(lc.bootstrap())
     else:
-        c.open(f"nats://{lc.spec(node).address}:{lc.spec(node).kafka_port}")
+        c.open(f"nats://{lc.spec(node).address}:{lc.spec(node).client_port}")
     return c
 
 

@@ -7,10 +7,10 @@ from importlib import metadata
 
 import pytest
 
-from logquake.cluster.cluster import fuse_usable
-from logquake.cluster.lifecycle import NodeSpec
+from logquake.cluster.shims import fuse_usable
 from logquake.errors import ConfigError, MissingPrerequisite
 from logquake.history import INVOKE, Op
+from logquake.systems.base import NodeSpec
 from logquake.systems.jetstream import server
 from logquake.systems.jetstream.client import JetStreamClient
 from logquake.systems.jetstream.server import (
@@ -69,7 +69,7 @@ def test_clock_faults_are_refused_not_ignored():
 
 
 def _specs(tmp_path):
-    return [NodeSpec(name=f"n{i}", node_id=i, address=f"10.77.9.{10 + i}", kafka_port=4222, raft_port=6222,
+    return [NodeSpec(name=f"n{i}", node_id=i, address=f"10.77.9.{10 + i}", client_port=4222, peer_port=6222,
                      node_dir=str(tmp_path / f"n{i}")) for i in (1, 2, 3)]
 
 

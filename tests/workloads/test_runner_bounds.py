@@ -153,6 +153,12 @@ class _Lifecycle:
     def is_up(self, node: str) -> bool:
         return node != self.dead
 
+    def kill(self, node: str) -> bool:
+        return False
+
+    def logs(self, node: str) -> list[str]:
+        return [str(self.dir / node / "broker.out")]
+
     def spec(self, node: str):
         return SimpleNamespace(path=lambda leaf: str(self.dir / node / leaf))
 

@@ -11,8 +11,8 @@ checked before any node starts (`parse_settings`). Each node's directory holds:
     nats-server.log   log_file; nats-server.out gets its stdout/stderr
     nats-server.pid   the daemon's pid
 
-A `NodeSpec`'s ports are read by what they carry: `kafka_port` is the port clients connect
-to (nats-server's client port), `raft_port` the one servers talk to each other on (the
+A `NodeSpec`'s ports are read by what they carry: `client_port` is the port clients connect
+to (nats-server's client port), `peer_port` the one servers talk to each other on (the
 cluster port: JetStream's Raft traffic rides on the routes). The monitoring port (HTTP,
 where readiness is read) is per node in `JetStreamLifecycle.monitor_ports`, 8222 by default.
 """
@@ -32,9 +32,11 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
 
+from logquake.cluster import shims
 from logquake.cluster.host import Host, run_checked, wait_dead
-from logquake.cluster.lifecycle import BrokerLifecycle, NodeSpec, PidSignals
 from logquake.errors import ConfigError, HostError, MissingPrerequisite
+from logquake.systems.base import NodeSpec
+from logquake.systems.kafka import PidSignals
 
 __all__ = [
     "CLIENT_PORT",
@@ -178,7 +180,7 @@ def server_config(spec: NodeSpec, specs: Sequence[NodeSpec], settings: JetStream
         jetstream["sync_interval"] = settings.sync_interval
     cfg: dict[str, Any] = {
         "server_name": spec.name,
-        "listen": f"{spec.address}:{spec.kafka_port}",
+        "listen": f"{spec.address}:{spec.client_port}",
         "http": f"{spec.address}:{monitor_port}",
         "log_file": spec.path("nats-server.log"),
         "logtime": True,
@@ -187,8 +189,8 @@ def server_config(spec: NodeSpec, specs: Sequence[NodeSpec], settings: JetStream
     if len(specs) > 1:
         cfg["cluster"] = {
             "name": CLUSTER_NAME,
-            "listen": f"{spec.address}:{spec.raft_port}",
-            "routes": [f"nats-route://{o.address}:{o.raft_port}" for o in specs if o.name != spec.name],
+            "listen": f"{spec.address}:{spec.peer_port}",
+            "routes": [f"nats-route://{o.address}:{o.peer_port}" for o in specs if o.name != spec.name],
         }
     return cfg
 
@@ -239,7 +241,7 @@ class JetStreamLifecycle(PidSignals):
 
     def bootstrap(self) -> str:
         """How clients reach the cluster: every node's client URL, comma-separated."""
-        return ",".join(f"nats://{s.address}:{s.kafka_port}" for s in self.specs)
+        return ",".join(f"nats://{s.address}:{s.client_port}" for s in self.specs)
 
     def logs(self, node: str) -> list[str]:
         s = self.spec(node)
@@ -273,7 +275,7 @@ class JetStreamLifecycle(PidSignals):
         if (pid := self._running_pid(node)) is not None:
             return pid
         if self.lazyfs:
-            self._lazyfs()._mount_lazyfs(node)
+            shims.mount_lazyfs(self.hosts[node], self.spec(node), self.python)
         s = self.spec(node)
         return self.hosts[node].spawn([s.path("nats-server"), "-c", s.path("nats-server.conf")],
                                       pidfile=s.path("nats-server.pid"), logfile=s.path("nats-server.out"))
@@ -294,12 +296,7 @@ class JetStreamLifecycle(PidSignals):
 
     def drop_unsynced(self, node: str) -> None:
         """Lose every write to store_dir that was not fsynced (as a power cut would)."""
-        self._lazyfs().drop_unsynced(node)
-
-    def _lazyfs(self) -> BrokerLifecycle:
-        # The LazyFS layer depends only on the node directory layout (data/, data.backing/,
-        # lazyfs.pid), which both lifecycles share: the broker's lifecycle mounts it for both.
-        return BrokerLifecycle(hosts=self.hosts, specs=self.specs, python=self.python, lazyfs=True)
+        shims.drop_unsynced(self.hosts[node], self.spec(node))
 
     # -- readiness -----------------------------------------------------------------------
 

@@ -1,0 +1,20 @@
+"""Systems under test behind one seam (DESIGN.md §11): `System`, `NodeLifecycle`, `NodeNeeds`.
+
+Only the seam is imported here; each system's module (kafka.py, ...) loads on `get_system`.
+"""
+
+from logquake.systems.base import (
+    FEATURES,
+    SYSTEMS,
+    Kill,
+    NodeLifecycle,
+    NodeNeeds,
+    NodeSetup,
+    NodeSpec,
+    Pause,
+    System,
+    get_system,
+)
+
+__all__ = ["FEATURES", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeSetup", "NodeSpec", "Pause", "System",
+           "get_system"]

@@ -139,11 +139,15 @@ def check(
             result = check_linearizable(ops, MODELS[model])
         elif run_cfg is not None:  # the runner's own choice of analysis for this workload
             from logquake.runner import check as runner_check
-            from logquake.runner import with_drain
+            from logquake.runner import with_drain, with_interruption
 
-            # What the run's drain reached (and which brokers were down) qualifies the verdict
-            # as it did when the run ended: only the run knew it, so it comes from results.json.
-            result = with_drain(runner_check(ops, run_cfg), _stored_drain(history))
+            # What the run's drain reached (and which brokers were down), and whether Ctrl-C cut
+            # it short, qualify the verdict as they did when the run ended: only the run knew
+            # them, so they come from results.json.
+            stored = _stored_results(history)
+            drain = stored.get("drain")
+            result = with_interruption(with_drain(runner_check(ops, run_cfg), drain if isinstance(drain, dict) else None),
+                                       interrupted=stored.get("interrupted") is True)
         else:
             result = check_history(ops, opts)
     if as_json:
@@ -161,15 +165,15 @@ def check(
     raise typer.Exit({True: 0, False: 1}.get(result["valid"], 2))
 
 
-def _stored_drain(run_dir: Path) -> dict | None:
-    """The `drain` entry of a run directory's results.json, if it has one that can be read."""
+def _stored_results(run_dir: Path) -> dict:
+    """A run directory's results.json, or {} if there is none that can be read."""
     import json
 
     try:
-        drain = json.loads((run_dir / "results.json").read_text()).get("drain")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return drain if isinstance(drain, dict) else None
+        stored = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
 
 
 @app.command()

@@ -260,7 +260,7 @@ def _run_phases(
                 nemesis.setup()
                 scheduler = NemesisScheduler(
                     nemesis, interval=cfg.nemesis_interval, rng=random.Random(f"schedule-{cfg.seed}"),
-                    record=recorder.record,
+                    record=recorder.record, until=cfg.time_limit,
                 )
             if crew is None:
                 _self_driven(cfg, workload, cluster.bootstrap_servers, recorder, scheduler, stats, stop)

@@ -1,8 +1,8 @@
 """The `logquake` command line.
 
 This module alone catches `LogquakeError`: it prints `Name: message` and the hint in red,
-with no traceback, and exits 3 (`check` keeps 0 valid / 1 invalid / 2 unknown; Click's
-usage errors keep 2). Anything else is a logquake bug and keeps its traceback.
+with no traceback, and exits 3 (`check` keeps 0 valid / 1 invalid / 2 unknown); a command
+line that does not parse exits 4 (EXIT_USAGE), apart from the verdicts' codes. Anything else is a logquake bug and keeps its traceback.
 
 Each command parses its flags here and hands off to the subpackage that does the work;
 no analysis, cluster or broker logic lives in this file.
@@ -20,9 +20,14 @@ from rich.console import Console
 from logquake.errors import LogquakeError
 
 EXIT_USER_ERROR = 3
+#: A command line logquake cannot parse (an unknown flag, `--seed abc`); pytest's code for it.
+#: Apart from 2, an `unknown` verdict, so a script can tell a typo from an inconclusive test.
+EXIT_USAGE = 4
+EXIT_CODES = ("Exit codes: 0 valid, 1 invalid, 2 unknown, 3 the test could not run (a bad config, "
+              "no cluster), 4 usage error (unknown flag, bad value), 130 aborted by a second Ctrl-C.")
 
 app = typer.Typer(
-    help="logquake: fault-injection testing for replicated logs (Kafka protocol).",
+    help="logquake: fault-injection testing for replicated logs (Kafka protocol).\n\n" + EXIT_CODES,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -63,7 +68,7 @@ def run(
 ) -> None:
     """Run one test: cluster up, workload + nemesis, heal, drain, analyse, store.
 
-    Exit 0 valid, 1 invalid, 2 unknown, 3 the test could not run.
+    Exit 0 valid, 1 invalid, 2 unknown, 3 the test could not run, 4 usage error.
     """
     from logquake.config import resolve_config
     from logquake.display import run_with_display
@@ -100,7 +105,7 @@ def check(
         typer.Option("--model", help="Check linearizability against a model instead: register or cas-register."),
     ] = None,
 ) -> None:
-    """Check a stored history; exit 0 valid, 1 invalid, 2 unknown.
+    """Check a stored history; exit 0 valid, 1 invalid, 2 unknown, 3 unreadable input, 4 usage error.
 
     A run directory is checked as its run was (workload, sub-via, txn, guarantee from its
     test.json; flags override). HISTORY may also be a Jepsen history.edn or jepsen.log
@@ -266,7 +271,7 @@ def test_all(
     Writes index.json and junit.xml under results/test-all/<time>/ (a shard:
     <time>-shard-K-of-N/; profiles.html too when the matrix has several guarantee profiles).
     Exit 0 every run as expected, 1 a run invalid on the safe broker or an unsafe mode not
-    caught, 2 a run whose verdict is unknown or that could not run, 3 a bad matrix or flag.
+    caught, 2 a run whose verdict is unknown or that could not run, 3 a bad matrix, 4 a usage error.
     `logquake test-all merge DIR...` joins shards (docs/ci.md).
     """
     if ctx.invoked_subcommand is not None:
@@ -346,14 +351,28 @@ def report_error(e: LogquakeError) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `logquake` script."""
+    from typer import Abort
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
     try:
-        app(args=argv, prog_name="logquake")
+        code = app(args=argv, prog_name="logquake", standalone_mode=False)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except NoArgsIsHelpError as e:
+        e.show()
+        return EXIT_USAGE
+    except ClickException as e:  # a usage error (`--seed abc`, `--nodez 3`): not a verdict's code
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(e)
+        return EXIT_USAGE if isinstance(e, UsageError) else e.exit_code
+    except Abort:
+        err_console.print("Aborted!")
+        return 130
     except LogquakeError as e:
         report_error(e)
         return EXIT_USER_ERROR
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -38,6 +38,23 @@ app.add_typer(cluster_app, name="cluster")
 err_console = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from logquake import __version__
+
+        typer.echo(f"logquake {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """logquake: fault-injection testing for replicated logs (Kafka protocol)."""
+
+
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Test config YAML.")] = None,
@@ -47,19 +64,29 @@ def run(
     rate: Annotated[float | None, typer.Option(help="Target ops/s over all workers (default 100).")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Client workers (default 10).")] = None,
     nemesis: Annotated[
-        str | None, typer.Option(help="Faults, comma-separated: partition,kill,pause,clock,disk (default none).")
+        str | None,
+        typer.Option(help="Faults, comma-separated: partition, kill, pause, clock, disk, packet-loss, stale-leader, "
+                          "each optionally as family:variant (partition:leader); `none` for a calm run "
+                          "(default partition,kill)."),
     ] = None,
-    nemesis_interval: Annotated[float | None, typer.Option(help="Mean seconds between fault flips.")] = None,
-    txn: Annotated[bool | None, typer.Option("--txn/--no-txn", help="Ops are transactions of 1-4 micro-ops.")] = None,
-    sub_via: Annotated[str | None, typer.Option(help="assign | subscribe.")] = None,
+    nemesis_interval: Annotated[
+        float | None, typer.Option(help="Mean seconds between fault flips (default 10).")
+    ] = None,
+    replication_factor: Annotated[
+        int | None, typer.Option(help="Replicas per partition, at most --nodes (default min(3, nodes)).")
+    ] = None,
+    txn: Annotated[
+        bool | None, typer.Option("--txn/--no-txn", help="Ops are transactions of 1-4 micro-ops (default no).")
+    ] = None,
+    sub_via: Annotated[str | None, typer.Option(help="assign | subscribe (default assign).")] = None,
     guarantee: Annotated[
         str | None,
         typer.Option(help="Delivery guarantee profile: at-most-once | at-least-once | idempotent | exactly-once "
                           "(sets client configs and which anomalies are bad; default at-least-once)."),
     ] = None,
-    client: Annotated[str | None, typer.Option(help="confluent | kafka-python.")] = None,
+    client: Annotated[str | None, typer.Option(help="confluent | kafka-python (default confluent).")] = None,
     seed: Annotated[int | None, typer.Option(help="RNG seed for ops and faults (random if unset).")] = None,
-    name: Annotated[str | None, typer.Option(help="Test name (results/<name>/...).")] = None,
+    name: Annotated[str | None, typer.Option(help="Test name (results/<name>/...; default the workload).")] = None,
     results_dir: Annotated[str | None, typer.Option(help="Where run directories go (default results).")] = None,
     backend: Annotated[str | None, typer.Option(help="lab | docker | ssh | external (default lab).")] = None,
     bootstrap_servers: Annotated[
@@ -70,7 +97,7 @@ def run(
 
     Exit 0 valid, 1 invalid, 2 unknown, 3 the test could not run, 4 usage error.
     """
-    from logquake.config import resolve_config
+    from logquake.config import RUN_DEFAULTS, resolve_config
     from logquake.display import run_with_display
 
     cfg = resolve_config(
@@ -79,8 +106,9 @@ def run(
             "workload": workload, "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
             "nemesis": nemesis, "nemesis_interval": nemesis_interval, "txn": txn, "sub_via": sub_via,
             "guarantee": guarantee, "client": client, "seed": seed, "name": name, "results_dir": results_dir,
-            "backend": backend, "bootstrap_servers": bootstrap_servers,
+            "backend": backend, "bootstrap_servers": bootstrap_servers, "replication_factor": replication_factor,
         },
+        defaults=RUN_DEFAULTS,
     )
     raise typer.Exit(run_with_display(cfg, Console()))
 

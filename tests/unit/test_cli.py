@@ -38,3 +38,17 @@ def test_help_lists_every_exit_code() -> None:
     for code in ("0 valid", "1 invalid", "2 unknown", "3 the test could not run", "4 usage error"):
         assert code in text
     assert "4 usage error" in " ".join(logquake("run", "--help").stdout.split())
+
+
+def test_version() -> None:
+    from logquake import __version__
+
+    out = logquake("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"logquake {__version__}"
+
+
+def test_run_help_lists_every_fault_family_and_the_defaults() -> None:
+    text = " ".join(logquake("run", "--help").stdout.replace("│", " ").split())
+    for word in ("packet-loss", "stale-leader", "family:variant", "default partition,kill", "default 10",
+                 "--replication-factor", "default min(3, nodes)", "default assign", "default confluent"):
+        assert word in text, word

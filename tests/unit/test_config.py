@@ -135,3 +135,11 @@ def test_a_small_cluster_replicates_what_it_can(tmp_path) -> None:
     assert resolve_config(path).replication_factor == 2
     with pytest.raises(ConfigError, match="replication_factor"):
         resolve_config(None, {"nodes": 2, "replication_factor": 3})
+
+
+def test_a_transactional_run_stores_the_idempotence_its_clients_have() -> None:
+    from logquake.guarantees import apply_guarantee
+
+    cfg = apply_guarantee(resolve_config(None, {"txn": True, "guarantee": "at-least-once"}))
+    assert cfg.txn is True and cfg.producer["idempotence"] is True
+    assert apply_guarantee(resolve_config(None, {"guarantee": "at-least-once"})).producer["idempotence"] is False

@@ -143,3 +143,13 @@ def test_a_transactional_run_stores_the_idempotence_its_clients_have() -> None:
     cfg = apply_guarantee(resolve_config(None, {"txn": True, "guarantee": "at-least-once"}))
     assert cfg.txn is True and cfg.producer["idempotence"] is True
     assert apply_guarantee(resolve_config(None, {"guarantee": "at-least-once"})).producer["idempotence"] is False
+
+
+def test_a_subscribe_consumer_that_auto_commits_is_not_said_to_commit_after() -> None:
+    from logquake.guarantees import apply_guarantee
+    from logquake.workloads.registry import describe
+
+    for client in ("confluent", "kafka-python"):
+        sub = describe(apply_guarantee(resolve_config(None, {"sub_via": "subscribe", "client": client})))
+        assert sub["offset_commit"].startswith("by the client's auto-commit timer"), client
+        assert describe(apply_guarantee(resolve_config(None, {"client": client})))["offset_commit"] == "after"

@@ -64,7 +64,17 @@ def verdict_table(results: dict[str, Any]) -> Any:
         t.add_row("[dim]none[/]", "0", "")
     if results.get("error"):
         t.caption = str(results["error"])
-    return t
+    counts = results.get("processing_counts")
+    if not isinstance(counts, dict):
+        return t
+    from rich.console import Group
+    from rich.text import Text
+
+    # The pipeline's own figures: how many times each acknowledged input was processed.
+    times = {0: "never", 1: "once", 2: "twice"}
+    spread = ", ".join(f"{n} {times.get(int(k), f'{k} times')}" for k, n in sorted(counts.items(), key=lambda i: int(i[0])))
+    return Group(t, Text(f"processing: {results.get('inputs', sum(counts.values()))} acknowledged inputs; "
+                         f"{spread or 'none'}"))
 
 
 def summary_lines(stats: Stats, seed: int | None) -> list[str]:

@@ -49,3 +49,16 @@ def test_faults_are_counted_by_kind_with_the_time_they_were_on():
     assert 0.2 <= stats.fault_seconds["partition"] < 1.0 and 0.1 <= stats.fault_seconds["kill"] < 1.0
     line = summary_lines(stats, 7)[2]
     assert line.startswith("faults: kill x1 (0.") and "partition x1 (0." in line
+
+
+def test_the_pipelines_verdict_shows_its_processing_counts():
+    import json
+    from pathlib import Path
+
+    from logquake.display import verdict_table
+
+    data = Path(__file__).resolve().parents[1] / "results" / "data" / "pipeline" / "at-least-once" / "results.json"
+    results = json.loads(data.read_text())
+    text = _text(verdict_table(results))
+    assert "double-processing" in text
+    assert "processing: 383 acknowledged inputs; 378 once, 5 twice" in " ".join(text.split())

@@ -77,7 +77,7 @@ def verdict_table(results: dict[str, Any]) -> Any:
                          f"{spread or 'none'}"))
 
 
-def summary_lines(stats: Stats, seed: int | None) -> list[str]:
+def run_summary(stats: Stats, seed: int | None) -> list[str]:
     """The run in figures, as it ended: the main phase's mean rate, the ops' outcomes, the
     faults by kind with how long they were on, the seed, and how long each phase took."""
     rate = stats.main_rate()
@@ -142,6 +142,6 @@ def run_with_display(cfg: TestConfig, console: Any) -> int:
         console.print("\n".join(summary_lines(outcome.results)), highlight=False, markup=False)
     if outcome.interrupted:
         console.print("[yellow]interrupted[/]: analysed what was recorded")
-    console.print("\n".join(summary_lines(stats, cfg.seed)), highlight=False, markup=False)
+    console.print("\n".join(run_summary(stats, cfg.seed)), highlight=False, markup=False)
     console.print(f"run: {outcome.run_dir}")
     return outcome.exit_code

@@ -7,7 +7,7 @@ import time
 from rich.console import Console
 
 from logquake.crew import Stats
-from logquake.display import _live_view, _Rate, summary_lines
+from logquake.display import _live_view, _Rate, run_summary
 from logquake.history import Op, load_history
 
 from .memlog import MemClient, MemLog
@@ -26,7 +26,7 @@ def test_the_summary_of_a_run_is_its_main_phase_not_the_drains_last_sample(tmp_p
     assert stats.main_seconds is not None and 1.9 < stats.main_seconds < 10
     main_ops = [o for o in load_history(out.run_dir / "history.jsonl") if o.type != "invoke" and o.process != "nemesis"]
     assert stats.main_ops is not None and 0 < stats.main_ops < len(main_ops)  # the drain's are not in it
-    lines = summary_lines(stats, 42)
+    lines = run_summary(stats, 42)
     assert lines[0] == "seed 42 (again: --seed 42)"
     assert f"{stats.main_ops / stats.main_seconds:.1f} ops/s mean" in lines[1]
     assert f"ok/info/fail {stats.ok}/{stats.info}/{stats.fail}" in lines[1]
@@ -47,7 +47,7 @@ def test_faults_are_counted_by_kind_with_the_time_they_were_on():
     stats.count(Op(process="nemesis", type="info", f="heal", value="healed"))
     assert stats.fault_starts == {"partition": 1, "kill": 1}
     assert 0.2 <= stats.fault_seconds["partition"] < 1.0 and 0.1 <= stats.fault_seconds["kill"] < 1.0
-    line = summary_lines(stats, 7)[2]
+    line = run_summary(stats, 7)[2]
     assert line.startswith("faults: kill x1 (0.") and "partition x1 (0." in line
 
 

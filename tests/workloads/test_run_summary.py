@@ -62,3 +62,18 @@ def test_the_pipelines_verdict_shows_its_processing_counts():
     text = _text(verdict_table(results))
     assert "double-processing" in text
     assert "processing: 383 acknowledged inputs; 378 once, 5 twice" in " ".join(text.split())
+
+
+def test_the_command_lines_run_ends_with_the_verdict_and_the_summary(tmp_path, monkeypatch):
+    import functools
+
+    from logquake import display
+
+    log = MemLog()
+    monkeypatch.setattr(display, "run_test", functools.partial(run_test, make=lambda cfg: MemClient(log)))
+    console = Console(width=200, record=True)
+    code = display.run_with_display(_cfg(tmp_path, time_limit=1, seed=11), console)
+    text = console.export_text()
+    assert code == 0
+    assert "seed 11; faults: none" in text and "seed 11 (again: --seed 11)" in text
+    assert "ops/s mean; ops ok/info/fail" in text and "phases: setup" in text

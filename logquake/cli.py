@@ -1,8 +1,8 @@
 """The `logquake` command line.
 
 This module alone catches `LogquakeError`: it prints `Name: message` and the hint in red,
-with no traceback, and exits 3 (`check` keeps 0 valid / 1 invalid / 2 unknown; Click's
-usage errors keep 2). Anything else is a logquake bug and keeps its traceback.
+with no traceback, and exits 3 (`check` keeps 0 valid / 1 invalid / 2 unknown); a command
+line that does not parse exits 4 (EXIT_USAGE), apart from the verdicts' codes. Anything else is a logquake bug and keeps its traceback.
 
 Each command parses its flags here and hands off to the subpackage that does the work;
 no analysis, cluster or broker logic lives in this file.
@@ -20,9 +20,14 @@ from rich.console import Console
 from logquake.errors import LogquakeError
 
 EXIT_USER_ERROR = 3
+#: A command line logquake cannot parse (an unknown flag, `--seed abc`); pytest's code for it.
+#: Apart from 2, an `unknown` verdict, so a script can tell a typo from an inconclusive test.
+EXIT_USAGE = 4
+EXIT_CODES = ("Exit codes: 0 valid, 1 invalid, 2 unknown, 3 the test could not run (a bad config, "
+              "no cluster), 4 usage error (unknown flag, bad value), 130 aborted by a second Ctrl-C.")
 
 app = typer.Typer(
-    help="logquake: fault-injection testing for replicated logs (Kafka protocol).",
+    help="logquake: fault-injection testing for replicated logs (Kafka protocol).\n\n" + EXIT_CODES,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -31,6 +36,23 @@ cluster_app = typer.Typer(help="Bring a lab cluster up, show it, tear it down.",
 app.add_typer(cluster_app, name="cluster")
 
 err_console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from logquake import __version__
+
+        typer.echo(f"logquake {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """logquake: fault-injection testing for replicated logs (Kafka protocol)."""
 
 
 @app.command()
@@ -42,19 +64,29 @@ def run(
     rate: Annotated[float | None, typer.Option(help="Target ops/s over all workers (default 100).")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Client workers (default 10).")] = None,
     nemesis: Annotated[
-        str | None, typer.Option(help="Faults, comma-separated: partition,kill,pause,clock,disk (default none).")
+        str | None,
+        typer.Option(help="Faults, comma-separated: partition, kill, pause, clock, disk, packet-loss, stale-leader, "
+                          "each optionally as family:variant (partition:leader); `none` for a calm run "
+                          "(default partition,kill)."),
     ] = None,
-    nemesis_interval: Annotated[float | None, typer.Option(help="Mean seconds between fault flips.")] = None,
-    txn: Annotated[bool | None, typer.Option("--txn/--no-txn", help="Ops are transactions of 1-4 micro-ops.")] = None,
-    sub_via: Annotated[str | None, typer.Option(help="assign | subscribe.")] = None,
+    nemesis_interval: Annotated[
+        float | None, typer.Option(help="Mean seconds between fault flips (default 10).")
+    ] = None,
+    replication_factor: Annotated[
+        int | None, typer.Option(help="Replicas per partition, at most --nodes (default min(3, nodes)).")
+    ] = None,
+    txn: Annotated[
+        bool | None, typer.Option("--txn/--no-txn", help="Ops are transactions of 1-4 micro-ops (default no).")
+    ] = None,
+    sub_via: Annotated[str | None, typer.Option(help="assign | subscribe (default assign).")] = None,
     guarantee: Annotated[
         str | None,
         typer.Option(help="Delivery guarantee profile: at-most-once | at-least-once | idempotent | exactly-once "
                           "(sets client configs and which anomalies are bad; default at-least-once)."),
     ] = None,
-    client: Annotated[str | None, typer.Option(help="confluent | kafka-python.")] = None,
+    client: Annotated[str | None, typer.Option(help="confluent | kafka-python (default confluent).")] = None,
     seed: Annotated[int | None, typer.Option(help="RNG seed for ops and faults (random if unset).")] = None,
-    name: Annotated[str | None, typer.Option(help="Test name (results/<name>/...).")] = None,
+    name: Annotated[str | None, typer.Option(help="Test name (results/<name>/...; default the workload).")] = None,
     results_dir: Annotated[str | None, typer.Option(help="Where run directories go (default results).")] = None,
     backend: Annotated[str | None, typer.Option(help="lab | docker | ssh | external (default lab).")] = None,
     bootstrap_servers: Annotated[
@@ -63,9 +95,9 @@ def run(
 ) -> None:
     """Run one test: cluster up, workload + nemesis, heal, drain, analyse, store.
 
-    Exit 0 valid, 1 invalid, 2 unknown, 3 the test could not run.
+    Exit 0 valid, 1 invalid, 2 unknown, 3 the test could not run, 4 usage error.
     """
-    from logquake.config import resolve_config
+    from logquake.config import RUN_DEFAULTS, resolve_config
     from logquake.display import run_with_display
 
     cfg = resolve_config(
@@ -74,8 +106,9 @@ def run(
             "workload": workload, "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
             "nemesis": nemesis, "nemesis_interval": nemesis_interval, "txn": txn, "sub_via": sub_via,
             "guarantee": guarantee, "client": client, "seed": seed, "name": name, "results_dir": results_dir,
-            "backend": backend, "bootstrap_servers": bootstrap_servers,
+            "backend": backend, "bootstrap_servers": bootstrap_servers, "replication_factor": replication_factor,
         },
+        defaults=RUN_DEFAULTS,
     )
     raise typer.Exit(run_with_display(cfg, Console()))
 
@@ -100,7 +133,7 @@ def check(
         typer.Option("--model", help="Check linearizability against a model instead: register or cas-register."),
     ] = None,
 ) -> None:
-    """Check a stored history; exit 0 valid, 1 invalid, 2 unknown.
+    """Check a stored history; exit 0 valid, 1 invalid, 2 unknown, 3 unreadable input, 4 usage error.
 
     A run directory is checked as its run was (workload, sub-via, txn, guarantee from its
     test.json; flags override). HISTORY may also be a Jepsen history.edn or jepsen.log
@@ -139,11 +172,15 @@ def check(
             result = check_linearizable(ops, MODELS[model])
         elif run_cfg is not None:  # the runner's own choice of analysis for this workload
             from logquake.runner import check as runner_check
-            from logquake.runner import with_drain
+            from logquake.runner import with_drain, with_interruption
 
-            # What the run's drain reached (and which brokers were down) qualifies the verdict
-            # as it did when the run ended: only the run knew it, so it comes from results.json.
-            result = with_drain(runner_check(ops, run_cfg), _stored_drain(history))
+            # What the run's drain reached (and which brokers were down), and whether Ctrl-C cut
+            # it short, qualify the verdict as they did when the run ended: only the run knew
+            # them, so they come from results.json.
+            stored = _stored_results(history)
+            drain = stored.get("drain")
+            result = with_interruption(with_drain(runner_check(ops, run_cfg), drain if isinstance(drain, dict) else None),
+                                       interrupted=stored.get("interrupted") is True)
         else:
             result = check_history(ops, opts)
     if as_json:
@@ -161,15 +198,15 @@ def check(
     raise typer.Exit({True: 0, False: 1}.get(result["valid"], 2))
 
 
-def _stored_drain(run_dir: Path) -> dict | None:
-    """The `drain` entry of a run directory's results.json, if it has one that can be read."""
+def _stored_results(run_dir: Path) -> dict:
+    """A run directory's results.json, or {} if there is none that can be read."""
     import json
 
     try:
-        drain = json.loads((run_dir / "results.json").read_text()).get("drain")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return drain if isinstance(drain, dict) else None
+        stored = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
 
 
 @app.command()
@@ -262,7 +299,7 @@ def test_all(
     Writes index.json and junit.xml under results/test-all/<time>/ (a shard:
     <time>-shard-K-of-N/; profiles.html too when the matrix has several guarantee profiles).
     Exit 0 every run as expected, 1 a run invalid on the safe broker or an unsafe mode not
-    caught, 2 a run whose verdict is unknown or that could not run, 3 a bad matrix or flag.
+    caught, 2 a run whose verdict is unknown or that could not run, 3 a bad matrix, 4 a usage error.
     `logquake test-all merge DIR...` joins shards (docs/ci.md).
     """
     if ctx.invoked_subcommand is not None:
@@ -342,14 +379,28 @@ def report_error(e: LogquakeError) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `logquake` script."""
+    from typer import Abort
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
     try:
-        app(args=argv, prog_name="logquake")
+        code = app(args=argv, prog_name="logquake", standalone_mode=False)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except NoArgsIsHelpError as e:
+        e.show()
+        return EXIT_USAGE
+    except ClickException as e:  # a usage error (`--seed abc`, `--nodez 3`): not a verdict's code
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(e)
+        return EXIT_USAGE if isinstance(e, UsageError) else e.exit_code
+    except Abort:
+        err_console.print("Aborted!")
+        return 130
     except LogquakeError as e:
         report_error(e)
         return EXIT_USER_ERROR
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     concurrency       number of client workers                                       (10)
     nemesis           faults to inject: partition, kill, pause, clock, disk,
                       packet-loss, stale-leader, each optionally family:variant
-                      (partition:leader); a list, or comma-separated; empty = none  ([])
+                      (partition:leader); a list, or comma-separated; none = no faults
+                      ([]; `logquake run`: RUN_DEFAULTS, partition and kill)
     nemesis_interval  mean seconds between fault start/stop flips                    (10)
     txn               queue ops are transactions of 1-4 micro-ops                     (false)
     sub_via           assign | subscribe                                             (assign)
@@ -19,7 +20,7 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     guarantee         at-most-once | at-least-once | idempotent | exactly-once       (at-least-once)
     seed              RNG seed for ops and faults; random if unset, stored in test.json
     partitions        partitions per topic                                           (1)
-    replication_factor replicas per partition, at most `nodes`                       (3)
+    replication_factor replicas per partition, at most `nodes`                (min(3, nodes))
     recovery_time     seconds to wait after the final heal before draining          (5)
     drain_time        upper bound in seconds on the drain phase                      (30)
     ignore            anomaly types not to count as bad, e.g. [unseen]               ([])
@@ -263,11 +264,19 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+#: What `logquake run` does unless told otherwise: it is a chaos tool, so the first run a user
+#: makes breaks something (partitions and kills, a flip every 10 s on average); `--nemesis
+#: none` is the calm run. Below the YAML file and the flags.
+RUN_DEFAULTS: dict[str, Any] = {"nemesis": "partition,kill"}
+
+
 def resolve_config(
-    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> TestConfig:
-    """Defaults, then the YAML file, then flags (None values in `overrides` are unset flags)."""
-    values: dict[str, Any] = {}
+    """Defaults (TestConfig's, then `defaults`), then the YAML file, then flags (None values in
+    `overrides` are unset flags)."""
+    values: dict[str, Any] = dict(defaults or {})
     if path is not None:
         for key, value in load_yaml(path).items():
             values[_check_key(str(key), str(path))] = value
@@ -277,6 +286,8 @@ def resolve_config(
     checked = {key: _validate_value(key, value) for key, value in values.items()}
     if "name" not in checked and "workload" in checked:
         checked["name"] = checked["workload"]  # results/offsets/..., not results/queue/...
+    if "replication_factor" not in checked:  # a 1- or 2-node cluster replicates what it can
+        checked["replication_factor"] = min(TestConfig.replication_factor, checked.get("nodes", TestConfig.nodes))
     cfg = TestConfig(**checked)
     if cfg.replication_factor > cfg.nodes and cfg.backend != "external":
         raise ConfigError(

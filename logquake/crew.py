@@ -32,7 +32,9 @@ CLOSE_TIMEOUT = 20.0
 
 @dataclass
 class Stats:
-    """Live counters for the display (written by workers, read by the display)."""
+    """Live counters for the display (written by workers, read by the display), and what the
+    final summary says of the run: each phase's duration, the main phase's own ops, the faults
+    by kind with how long they were on."""
 
     phase: str = "setup"
     ok: int = 0
@@ -40,27 +42,72 @@ class Stats:
     fail: int = 0
     faults: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    #: (phase, monotonic time it began), in order; the first is "setup" at creation.
+    entered: list[tuple[str, float]] = field(default_factory=lambda: [("setup", time.monotonic())])
+    #: client ops completed in the main phase and its length, once it is over
+    main_ops: int | None = None
+    main_seconds: float | None = None
+    fault_starts: dict[str, int] = field(default_factory=dict)
+    fault_seconds: dict[str, float] = field(default_factory=dict)
+    _fault_since: dict[str, float] = field(default_factory=dict)
+    _main_base: int = 0
+
+    @property
+    def done(self) -> int:
+        return self.ok + self.info + self.fail
 
     def enter(self, phase: str) -> None:
         """Start a phase (the display shows it, harness.log records when)."""
         log.info("phase %s", phase)
+        now = time.monotonic()
+        if self.phase == "main" and phase != "main":
+            self.main_ops = self.done - self._main_base
+            self.main_seconds = now - self.entered[-1][1]
+        if phase == "main":
+            self._main_base = self.done
         self.phase = phase
+        self.entered.append((phase, now))
+
+    def durations(self) -> list[tuple[str, float]]:
+        """Seconds spent in each phase so far, in order (a phase entered twice counts once)."""
+        out: dict[str, float] = {}
+        ends = [t for _, t in self.entered[1:]] + [time.monotonic()]
+        for (phase, begun), end in zip(self.entered, ends, strict=True):
+            out[phase] = out.get(phase, 0.0) + end - begun
+        return list(out.items())
+
+    def main_rate(self) -> float | None:
+        """Mean client ops/s over the main phase, once it is over."""
+        if self.main_ops is None or not self.main_seconds:
+            return None
+        return self.main_ops / self.main_seconds
 
     def count(self, op: Op) -> None:
         if op.process == NEMESIS:
             name = op.f.split("-", 1)[-1]
+            now = time.monotonic()
             if op.f.startswith("start-"):
                 self.faults[name] = str(op.value)
+                self.fault_starts[name] = self.fault_starts.get(name, 0) + 1
+                self._fault_since[name] = now
             elif op.f.startswith("stop-"):
                 self.faults.pop(name, None)
+                self._fault_off(name, now)
             elif op.f == "heal":
                 self.faults.clear()
+                for name in list(self._fault_since):
+                    self._fault_off(name, now)
         elif op.type == OK:
             self.ok += 1
         elif op.type == INFO:
             self.info += 1
         elif op.type == FAIL:
             self.fail += 1
+
+    def _fault_off(self, name: str, now: float) -> None:
+        since = self._fault_since.pop(name, None)
+        if since is not None:
+            self.fault_seconds[name] = self.fault_seconds.get(name, 0.0) + now - since
 
 
 class Recorder:

@@ -38,7 +38,8 @@ def _live_view(stats: Stats, run_dir: list[Path], rate: _Rate) -> Any:
     done = stats.ok + stats.info + stats.fail
     t = Table.grid(padding=(0, 2))
     t.add_row("phase", f"[bold]{stats.phase}[/]", "elapsed", f"{elapsed:6.1f} s")
-    t.add_row("ops/s", f"{rate(now, done):7.1f}",
+    mean = stats.main_rate()  # once the main phase is over, its mean: not the drain's last sample
+    t.add_row("ops/s" if mean is None else "ops/s (main, mean)", f"{rate(now, done) if mean is None else mean:7.1f}",
               "ok/info/fail", f"[green]{stats.ok}[/]/[yellow]{stats.info}[/]/[red]{stats.fail}[/]")
     faults = ", ".join(f"{k} ({v})" for k, v in stats.faults.items()) or "none"
     t.add_row("faults", faults, "run", str(run_dir[0]) if run_dir else "")
@@ -63,7 +64,33 @@ def verdict_table(results: dict[str, Any]) -> Any:
         t.add_row("[dim]none[/]", "0", "")
     if results.get("error"):
         t.caption = str(results["error"])
-    return t
+    counts = results.get("processing_counts")
+    if not isinstance(counts, dict):
+        return t
+    from rich.console import Group
+    from rich.text import Text
+
+    # The pipeline's own figures: how many times each acknowledged input was processed.
+    times = {0: "never", 1: "once", 2: "twice"}
+    spread = ", ".join(f"{n} {times.get(int(k), f'{k} times')}" for k, n in sorted(counts.items(), key=lambda i: int(i[0])))
+    return Group(t, Text(f"processing: {results.get('inputs', sum(counts.values()))} acknowledged inputs; "
+                         f"{spread or 'none'}"))
+
+
+def run_summary(stats: Stats, seed: int | None) -> list[str]:
+    """The run in figures, as it ended: the main phase's mean rate, the ops' outcomes, the
+    faults by kind with how long they were on, the seed, and how long each phase took."""
+    rate = stats.main_rate()
+    main = (f"main phase {stats.main_seconds:.1f} s, {rate:.1f} ops/s mean" if rate is not None and stats.main_seconds
+            else "no main phase completed")
+    lines = [f"seed {seed} (again: --seed {seed})" if seed is not None else "seed: none",
+             f"{main}; ops ok/info/fail {stats.ok}/{stats.info}/{stats.fail}"]
+    faults = ", ".join(f"{kind} x{n} ({stats.fault_seconds.get(kind, 0.0):.1f} s on)"
+                       for kind, n in sorted(stats.fault_starts.items()))
+    lines.append(f"faults: {faults or 'none'}")
+    lines.append("phases: " + ", ".join(f"{phase} {secs:.1f} s" for phase, secs in stats.durations()
+                                         if phase != "done"))
+    return lines
 
 
 def _print_profile(cfg: TestConfig, console: Any) -> None:
@@ -88,7 +115,10 @@ def run_with_display(cfg: TestConfig, console: Any) -> int:
     stats = Stats()
     run_dir: list[Path] = []
     outcome: RunOutcome | None = None
+    cfg = cfg.with_seed()  # printed before anything starts: a run cut short can still be repeated
     _print_profile(cfg, console)
+    console.print(f"[bold]seed[/] {cfg.seed}; faults: {', '.join(cfg.nemesis) or 'none (--nemesis none)'}",
+                  highlight=False)
     try:
         rate = _Rate()
         with Live(get_renderable=lambda: _live_view(stats, run_dir, rate), console=console,
@@ -112,5 +142,6 @@ def run_with_display(cfg: TestConfig, console: Any) -> int:
         console.print("\n".join(summary_lines(outcome.results)), highlight=False, markup=False)
     if outcome.interrupted:
         console.print("[yellow]interrupted[/]: analysed what was recorded")
+    console.print("\n".join(run_summary(stats, cfg.seed)), highlight=False, markup=False)
     console.print(f"run: {outcome.run_dir}")
     return outcome.exit_code

@@ -46,7 +46,7 @@ class HistoryFormatError(UserError):
     """A history file is malformed at a given line."""
 
     def __init__(self, path: str, line: int, message: str) -> None:
-        super().__init__(f"{path}:{line}: {message}")
+        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")  # 0: the file itself
         self.path = path
         self.line = line
 

@@ -127,12 +127,16 @@ def check_txn(guarantee: str | None, txn: bool) -> None:
 def apply_guarantee(cfg: TestConfig) -> TestConfig:
     """The config a run really uses: the guarantee's settings under the user's own `producer:`.
 
-    exactly-once turns transactions on (read_committed consumers come with them).
+    exactly-once turns transactions on (read_committed consumers come with them), and
+    transactions turn idempotence on: what test.json stores is what the clients ran.
     """
     g = get_guarantee(cfg.guarantee)
     check_txn(g.name, cfg.txn)
+    txn = cfg.txn or g.transactions
     producer = {**g.producer(), **(cfg.producer or {})}
-    return replace(cfg, producer=producer, txn=cfg.txn or g.transactions)
+    if txn:  # a transactional producer is idempotent whatever was asked (both clients force it)
+        producer["idempotence"] = True
+    return replace(cfg, producer=producer, txn=txn)
 
 
 def allowed_types(*, reported: Iterable[str], guarantee: str | None = None, sub_via: str = "assign",

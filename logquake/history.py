@@ -25,11 +25,11 @@ records faults as `info` ops and is exempt from the pairing rules.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
 import time
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +37,8 @@ from typing import Any
 
 from logquake.errors import HistoryFormatError
 from logquake.gcpause import paused_gc
+
+log = logging.getLogger(__name__)
 
 
 def _stdlib_dumps(d: dict[str, Any]) -> str:
@@ -353,7 +355,7 @@ def read_history(path: str | os.PathLike[str], *, validate: bool = True) -> Iter
     try:
         fh = open(path, encoding="utf-8")  # noqa: SIM115
     except FileNotFoundError:
-        raise HistoryFormatError(str(path), 0, "no such file") from None
+        raise HistoryFormatError(str(path), 0, "the file does not exist") from None
     except IsADirectoryError:
         raise HistoryFormatError(str(path), 0, "is a directory, not a history file") from None
     validator = _Validator() if validate else None
@@ -367,7 +369,9 @@ def read_history(path: str | os.PathLike[str], *, validate: bool = True) -> Iter
             op, problem = _parse_line(text)
             if problem is not None:
                 if not raw.endswith("\n") and problem.startswith("not valid JSON"):
-                    warnings.warn(f"{path}:{lineno}: dropping a torn last line", stacklevel=2)
+                    # One line for whoever reads (the terminal, harness.log), not a Python
+                    # warning with its source line.
+                    log.warning("%s:%d: dropping a torn last line (a write cut short)", path, lineno)
                     return
                 raise HistoryFormatError(str(path), lineno, problem)
             assert op is not None

@@ -17,7 +17,8 @@
 11. latest   results/latest points at this run
 
 Ctrl-C (SIGINT) ends the main phase early and skips recovery and drain; heal, teardown and
-analysis of what was recorded still run. A second Ctrl-C aborts the in-flight ops' wait.
+analysis of what was recorded still run, and with_interruption makes a verdict that rests on
+the unread part unknown. A second Ctrl-C aborts the in-flight ops' wait.
 Which workload runs is its record in logquake.workloads.registry; stack dumps of a phase past
 its bound are logquake.diagnostics'; the command line's live view is logquake.display's.
 """
@@ -218,9 +219,8 @@ def run_test(
                 recorder.close()  # phase 9: the history is on disk before analysis
             interrupted = intr.hits > 0
         stats.enter("analyse")
-        results = with_drain(check(load_history(run_dir / store.HISTORY), cfg), drain)
-        if interrupted:
-            results["interrupted"] = True
+        results = with_interruption(with_drain(check(load_history(run_dir / store.HISTORY), cfg), drain),
+                                    interrupted=interrupted)
         store.write_results(run_dir, results)
         store.write_junit(run_dir, results, name=cfg.name, duration=time.monotonic() - started)
         write_report(run_dir)
@@ -267,7 +267,7 @@ def _run_phases(
                 nemesis.setup()
                 scheduler = NemesisScheduler(
                     nemesis, interval=cfg.nemesis_interval, rng=random.Random(f"schedule-{cfg.seed}"),
-                    record=recorder.record,
+                    record=recorder.record, until=cfg.time_limit,
                 )
             if crew is None:
                 _self_driven(cfg, workload, cluster.bootstrap_servers, recorder, scheduler, stats, stop)
@@ -414,6 +414,40 @@ def with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[st
     if (results.get("valid") is False and bad <= {"unseen"}) or (down and results.get("valid") is True):
         results["valid"] = "unknown"
         results["error"] = why
+    return results
+
+
+#: Anomaly types that rest on the history being complete: a value nobody read, an input
+#: never seen in the output. A run cut short before its drain read everything cannot tell
+#: these from values it simply did not get to read.
+NEEDS_COMPLETE_RUN = frozenset({"unseen", "lost-processing"})
+
+
+def with_interruption(results: dict[str, Any], *, interrupted: bool) -> dict[str, Any]:
+    """The verdict of a run cut short by Ctrl-C, applied after with_drain.
+
+    An interrupted run whose drain did not read everything proves only what its recorded
+    part shows: a bad anomaly that needs no complete history (G1a, duplicate, ...) is still
+    proof, so such a verdict stays invalid; anything else (valid, or bad only by unseen or
+    lost values) is unknown, with the reason and the anomalies the recorded part does prove
+    (`proven`).
+    """
+    if not interrupted:
+        return results
+    results["interrupted"] = True
+    drain = results.get("drain")
+    if isinstance(drain, dict) and drain.get("complete") and not drain.get("brokers_down"):
+        return results
+    proven = sorted(set(results.get("bad_error_types") or []) - NEEDS_COMPLETE_RUN)
+    results["proven"] = proven
+    if results.get("valid") is False and proven:
+        return results
+    if results.get("valid") in (True, False):
+        results["valid"] = "unknown"
+        results["error"] = ("interrupted before the drain read everything: values not read yet may only be "
+                            "unread, so unseen and lost values prove nothing; "
+                            + (f"the recorded part proves {', '.join(proven)}" if proven
+                               else "the recorded part proves no anomaly"))
     return results
 
 

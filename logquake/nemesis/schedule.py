@@ -2,7 +2,8 @@
 
 `FlipFlop` is Jepsen's combined-nemesis schedule as a pure object with time passed in: start
 a random fault, wait, stop it, wait, start another... each wait uniform in [0, 2*interval)
-so the mean is `interval`. `simulate` runs it without a clock, which is how it is tested.
+so the mean is `interval`; with `until`, no fault starts at or after `until` s (the main
+phase's time limit bounds the faults too; one running then is still stopped). `simulate` runs it without a clock, which is how it is tested.
 `NemesisScheduler` follows the same schedule on the wall clock in a thread and records every
 start and stop as an `info` op of process "nemesis"; `stop_and_heal` ends it and runs the
 final heal, which never raises (a failure is logged and recorded, and analysis goes on).
@@ -35,10 +36,12 @@ class Action:
 class FlipFlop:
     """Alternating start/stop of faults chosen from `faults`, at random intervals."""
 
-    def __init__(self, faults: Sequence[str], *, interval: float, rng: random.Random) -> None:
+    def __init__(self, faults: Sequence[str], *, interval: float, rng: random.Random,
+                 until: float | None = None) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be > 0, got {interval}")
         self.faults = list(faults)
+        self.until = until
         self.interval = interval
         self.rng = rng
         self.running: str | None = None
@@ -48,11 +51,13 @@ class FlipFlop:
         return now + self.rng.uniform(0, 2 * self.interval)
 
     def next_action(self) -> Action | None:
-        """The next action (not yet taken); None when there are no faults."""
+        """The next action (not yet taken); None when there are no faults or none may start."""
         if not self.faults:
             return None
         if self.running is not None:
             return Action(at=self._due, kind="stop", fault=self.running)
+        if self.until is not None and self._due >= self.until:
+            return None
         return Action(at=self._due, kind="start", fault=self._peek_fault())
 
     def _peek_fault(self) -> str:
@@ -71,9 +76,11 @@ class FlipFlop:
         self._due = self._wait(action.at)
 
 
-def simulate(faults: Sequence[str], *, interval: float, seed: int, until: float) -> list[Action]:
-    """Every action the schedule takes before `until` seconds, with no clock involved."""
-    ff = FlipFlop(faults, interval=interval, rng=random.Random(seed))
+def simulate(faults: Sequence[str], *, interval: float, seed: int, until: float,
+             time_limit: float | None = None) -> list[Action]:
+    """Every action the schedule takes before `until` seconds, with no clock involved; with
+    `time_limit`, as NemesisScheduler follows it for a main phase of that many seconds."""
+    ff = FlipFlop(faults, interval=interval, rng=random.Random(seed), until=time_limit)
     out = []
     while (a := ff.next_action()) is not None and a.at < until:
         out.append(a)
@@ -85,11 +92,11 @@ class NemesisScheduler:
     """Runs a FlipFlop over `nemesis` in a thread; see the module docstring."""
 
     def __init__(self, nemesis: Nemesis, *, interval: float, rng: random.Random, record: Callable[[Op], Op],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, until: float | None = None) -> None:
         self.nemesis = nemesis
         self.record = record
         self.clock = clock
-        self.flipflop = FlipFlop(list(nemesis.faults), interval=interval, rng=rng)
+        self.flipflop = FlipFlop(list(nemesis.faults), interval=interval, rng=rng, until=until)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one nemesis call at a time (schedule vs final heal)

@@ -136,3 +136,24 @@ def test_failed_start_is_history_not_a_crash():
     _wait(lambda: len(ops) >= 3)
     s.stop_and_heal()
     assert ops[0].f == "start-kill" and "cannot start kill" in ops[0].get("error")
+
+
+def test_no_fault_starts_after_the_time_limit():
+    # A 20 s main phase: the schedule used to go on while the workers' last calls returned.
+    for seed in range(50):
+        actions = simulate(["partition", "kill"], interval=10, seed=seed, until=600, time_limit=20)
+        assert all(a.at < 20 for a in actions if a.kind == "start"), seed
+        assert not actions or actions[-1].kind == "stop"  # the one running at the limit still ends
+    assert simulate(["partition"], interval=10, seed=1, until=600) != simulate(
+        ["partition"], interval=10, seed=1, until=600, time_limit=20)
+
+
+def test_the_scheduler_thread_ends_at_its_time_limit():
+    nem = RecordingNemesis()
+    ops, record = _recorder()
+    s = NemesisScheduler(nem, interval=0.01, rng=random.Random(9), record=record, until=0.2)
+    s.start()
+    assert s._thread is not None
+    s._thread.join(5.0)
+    assert not s._thread.is_alive() and nem.on is None
+    assert ops and ops[-1].f.startswith("stop-")

@@ -202,3 +202,46 @@ def test_trend_page_draws_three_runs_as_marks_in_order_in_chromium(browser, tmp_
         page.close()
         srv.shutdown()
         srv.server_close()
+
+
+def test_report_layout_keeps_tables_and_plots_in_their_columns_in_chromium(browser, tmp_path: Path) -> None:
+    # A real run's test.json (its profile's client configs are long values), a 1400 px window.
+    from logquake.config import resolve_config, save_config
+    from logquake.guarantees import apply_guarantee
+    from logquake.workloads.registry import describe
+
+    run = make_run_dir(tmp_path, invalid_ops(), invalid_results())
+    cfg = apply_guarantee(resolve_config(None, {"txn": True, "sub_via": "subscribe", "seed": 42,
+                                                "nemesis": "partition:leader,kill,packet-loss"}))
+    save_config(cfg, run / "test.json", run_dir=str(run), start_time=0.0, profile=describe(cfg))
+    page, problems, _ = open_report(browser, write_report(run))
+    try:
+        page.set_viewport_size({"width": 1000, "height": 1000})  # a laptop's window: columns narrow
+        page.wait_for_timeout(500)  # the responsive plots redraw
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True, timeout=120_000)
+        print(f"screenshots in {tmp_path}")
+        overflow = page.evaluate("""() => [...document.querySelectorAll('#summary .grid > div')].map(col => {
+            const c = col.getBoundingClientRect();
+            return [...col.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right > c.right + 1)
+                .map(t => t.id || t.previousElementSibling?.textContent);
+        }).flat()""")
+        assert overflow == [], f"tables wider than their column: {overflow}"
+        clipped = page.evaluate("""() => ['unseen', 'lag'].filter(p => {
+            const wrap = document.querySelector('#wrap-' + p).getBoundingClientRect();
+            const svg = document.querySelector('#plot-' + p + ' .main-svg').getBoundingClientRect();
+            return svg.right > wrap.right + 1 || svg.left < wrap.left - 1;
+        })""")
+        assert clipped == [], f"plots wider than their box: {clipped}"
+        for plot in PLOTS:
+            page.hover(f"#plot-{plot} .main-svg")
+            covered = page.evaluate("""(p) => {
+                const bar = document.querySelector('#plot-' + p + ' .modebar');
+                const title = document.querySelector('#plot-' + p + ' .gtitle');
+                if (!bar || !title) return false;
+                const a = bar.getBoundingClientRect(), b = title.getBoundingClientRect();
+                return a.width > 0 && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+            }""", plot)
+            assert not covered, f"the plot toolbar covers the title of {plot}"
+        assert problems == []
+    finally:
+        page.close()

@@ -114,3 +114,42 @@ def test_producer_settings_round_trip_through_test_json(tmp_path) -> None:
     assert load_run_config(tmp_path) == cfg
     with pytest.raises(ConfigError, match="producer.idempotence"):
         resolve_config(None, {"producer": {"idempotence": "sometimes"}})
+
+
+def test_logquake_run_injects_partitions_and_kills_unless_told_none() -> None:
+    from logquake.config import RUN_DEFAULTS
+
+    assert resolve_config(None, {}, RUN_DEFAULTS).nemesis == ("partition", "kill")
+    assert resolve_config(None, {"nemesis": "none"}, RUN_DEFAULTS).nemesis == ()
+    assert resolve_config(None, {"nemesis": "pause"}, RUN_DEFAULTS).nemesis == ("pause",)
+    assert resolve_config(None, {}).nemesis == ()  # a TestConfig's own default: other commands choose
+
+
+def test_a_small_cluster_replicates_what_it_can(tmp_path) -> None:
+    assert resolve_config(None, {"nodes": 1}).replication_factor == 1
+    assert resolve_config(None, {"nodes": 2}).replication_factor == 2
+    assert resolve_config(None, {"nodes": 5}).replication_factor == 3
+    assert resolve_config(None, {"nodes": 2, "replication_factor": 1}).replication_factor == 1
+    path = tmp_path / "t.yaml"
+    path.write_text("nodes: 2\n")
+    assert resolve_config(path).replication_factor == 2
+    with pytest.raises(ConfigError, match="replication_factor"):
+        resolve_config(None, {"nodes": 2, "replication_factor": 3})
+
+
+def test_a_transactional_run_stores_the_idempotence_its_clients_have() -> None:
+    from logquake.guarantees import apply_guarantee
+
+    cfg = apply_guarantee(resolve_config(None, {"txn": True, "guarantee": "at-least-once"}))
+    assert cfg.txn is True and cfg.producer["idempotence"] is True
+    assert apply_guarantee(resolve_config(None, {"guarantee": "at-least-once"})).producer["idempotence"] is False
+
+
+def test_a_subscribe_consumer_that_auto_commits_is_not_said_to_commit_after() -> None:
+    from logquake.guarantees import apply_guarantee
+    from logquake.workloads.registry import describe
+
+    for client in ("confluent", "kafka-python"):
+        sub = describe(apply_guarantee(resolve_config(None, {"sub_via": "subscribe", "client": client})))
+        assert sub["offset_commit"].startswith("by the client's auto-commit timer"), client
+        assert describe(apply_guarantee(resolve_config(None, {"client": client})))["offset_commit"] == "after"

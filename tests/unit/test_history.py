@@ -123,12 +123,31 @@ def test_process_reused_after_info_is_an_error(tmp_path) -> None:
         load_history(_write_lines(tmp_path, lines))
 
 
-def test_torn_last_line_is_dropped_with_a_warning(tmp_path) -> None:
+def test_torn_last_line_is_dropped_with_a_warning(tmp_path, caplog) -> None:
     path = tmp_path / "history.jsonl"
     path.write_text("\n".join(GOOD) + '\n{"index": 6, "time": 7, "proc')
-    with pytest.warns(UserWarning, match="torn last line"):
+    with caplog.at_level("WARNING", logger="logquake.history"):
         ops = load_history(path)
     assert len(ops) == len(GOOD)
+    assert [r.getMessage() for r in caplog.records] == [f"{path}:{len(GOOD) + 1}: dropping a torn last line "
+                                                        "(a write cut short)"]
+
+
+def test_check_says_a_torn_line_in_one_clean_line_and_a_missing_file_does_not_exist(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "history.jsonl"
+    path.write_text("\n".join(GOOD) + '\n{"index": 6, "time": 7, "proc')
+    torn = subprocess.run([sys.executable, "-m", "logquake", "check", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert "UserWarning" not in torn.stderr and "warnings.warn" not in torn.stderr
+    assert f"{path}:{len(GOOD) + 1}: dropping a torn last line" in torn.stderr
+    missing = subprocess.run([sys.executable, "-m", "logquake", "check", str(tmp_path / "nope.jsonl")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 3 and "Traceback" not in missing.stderr
+    assert f"{tmp_path / 'nope.jsonl'}: " in missing.stderr and ":0:" not in missing.stderr
+    assert "does not exist" in missing.stderr
 
 
 def test_pairs_matches_invocations_and_completions(tmp_path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -20,12 +21,16 @@ from logquake.systems.kafka import PidSignals
 
 __all__ = ["cluster_up", "cluster_status", "cluster_down"]
 
+# `cluster up` without --dir keeps its nodes here; `cluster down` removes such a directory. A
+# run's own cluster lives in its results directory, which down never touches.
+SCRATCH_PREFIX = "logquake-lab-"
+
 
 def cluster_up(*, nodes: int, run_dir: Path | None, wait: float, console: Console) -> None:
     """Start a lab cluster that outlives this command; print its bootstrap servers."""
     prepare_lab()  # before the spinner's thread: a user namespace needs a single-threaded process
     cfg = TestConfig(nodes=nodes, replication_factor=min(3, nodes))
-    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="logquake-lab-"))
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
     with console.status(f"starting {nodes} lab nodes"):
         cluster = open_cluster(cfg, run_dir)
     assert isinstance(cluster, LabCluster)  # the lab backend's, by cfg.backend
@@ -72,16 +77,19 @@ def cluster_status(*, cluster_id: str | None, console: Console) -> None:
             console.print(f"cluster {st.cluster_id}: in another user namespace; "
                           f"run `logquake cluster status --id {st.cluster_id}`")
             continue
-        console.print(_table(st))
+        table, bootstrap = _table(st)
+        console.print(table)
+        # soft_wrap: the list is copied into clients, so it is never broken mid-address
+        console.print(f"bootstrap servers: {bootstrap}", soft_wrap=True, highlight=False)
 
 
-def _table(st: LabState) -> Table:
+def _table(st: LabState) -> tuple[Table, str]:
     # `cluster up` starts the embedded broker, whose processes are known by pid files.
     cluster = attach_lab(st, get_system("kafka"))
     lifecycle = cluster.lifecycle
     assert isinstance(lifecycle, PidSignals)
     leaders = cluster.leaders(timeout=3.0)
-    table = Table(title=f"lab cluster {st.cluster_id} ({st.mode}) - {cluster.bootstrap_servers}")
+    table = Table(title=f"lab cluster {st.cluster_id} ({st.mode})")
     for col in ("node", "address", "pid", "up", "leader of"):
         table.add_column(col)
     for node in cluster.nodes:
@@ -90,7 +98,7 @@ def _table(st: LabState) -> Table:
         led = [tp for tp, n in leaders.items() if n == node]
         table.add_row(node, cluster.addresses[node], str(pid or "-"), "[green]yes[/]" if up else "[red]no[/]",
                       ", ".join(led) or "-")
-    return table
+    return table, cluster.bootstrap_servers
 
 
 def cluster_down(*, cluster_id: str | None, everything: bool = False, console: Console) -> None:
@@ -112,4 +120,12 @@ def cluster_down(*, cluster_id: str | None, everything: bool = False, console: C
         if problems:
             console.print(f"[red]cluster {st.cluster_id}: {'; '.join(problems)}[/]")
         else:
+            if scratch_dir(st) is not None:
+                shutil.rmtree(st.run_dir, ignore_errors=True)
             console.print(f"cluster {st.cluster_id} down")
+
+
+def scratch_dir(st: LabState) -> Path | None:
+    """The node directory `cluster up` made for itself (None for --dir or a run's own)."""
+    d = Path(st.run_dir)
+    return d if d.parent == Path(tempfile.gettempdir()) and d.name.startswith(SCRATCH_PREFIX) else None

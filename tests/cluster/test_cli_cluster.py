@@ -46,6 +46,8 @@ def test_up_status_down(tmp_path):
 
         assert wait_until(leader_row, timeout=60, what="a leader shown for status-topic/0")
         rows = status_rows(_cli("status", env=env).stdout)
+        narrow = _cli("status", env={**env, "COLUMNS": "40"}).stdout
+        assert f"bootstrap servers: {bootstrap}" in narrow.splitlines(), narrow  # never cut mid-address
         pids = [pid for _addr, pid, _up in rows.values()]
         assert sorted(rows) == ["n1", "n2", "n3"] and all(pids)
     finally:

@@ -270,19 +270,29 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 RUN_DEFAULTS: dict[str, Any] = {"nemesis": "partition,kill"}
 
 
+def _defaults_that_apply(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The run defaults minus chaos where nothing can inject it: an external cluster without
+    hosts has no node a fault could act through, so its default run is the calm one (asking
+    for faults there is still an error)."""
+    if given.get("backend") == "external" and not given.get("hosts"):
+        return {k: v for k, v in defaults.items() if k != "nemesis"}
+    return defaults
+
+
 def resolve_config(
     path: str | Path | None = None, overrides: dict[str, Any] | None = None,
     defaults: dict[str, Any] | None = None,
 ) -> TestConfig:
     """Defaults (TestConfig's, then `defaults`), then the YAML file, then flags (None values in
     `overrides` are unset flags)."""
-    values: dict[str, Any] = dict(defaults or {})
+    values: dict[str, Any] = {}
     if path is not None:
         for key, value in load_yaml(path).items():
             values[_check_key(str(key), str(path))] = value
     for key, value in (overrides or {}).items():
         if value is not None:
             values[_check_key(key, "flags")] = value
+    values = {**_defaults_that_apply(defaults or {}, values), **values}
     checked = {key: _validate_value(key, value) for key, value in values.items()}
     if "name" not in checked and "workload" in checked:
         checked["name"] = checked["workload"]  # results/offsets/..., not results/queue/...

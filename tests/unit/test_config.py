@@ -125,6 +125,18 @@ def test_logquake_run_injects_partitions_and_kills_unless_told_none() -> None:
     assert resolve_config(None, {}).nemesis == ()  # a TestConfig's own default: other commands choose
 
 
+def test_an_external_cluster_without_hosts_runs_calm_by_default(tmp_path) -> None:
+    from logquake.config import RUN_DEFAULTS
+
+    external = {"backend": "external", "bootstrap_servers": "127.0.0.1:9092"}
+    assert resolve_config(None, external, RUN_DEFAULTS).nemesis == ()  # nothing to act through
+    assert resolve_config(None, {**external, "nemesis": "partition"}, RUN_DEFAULTS).nemesis == ("partition",)
+    yaml_file = tmp_path / "t.yaml"
+    yaml_file.write_text("backend: external\nbootstrap_servers: [127.0.0.1:9092]\n"
+                         "hosts: [{name: b1, type: docker, container: k1, address: 127.0.0.1}]\n")
+    assert resolve_config(yaml_file, {}, RUN_DEFAULTS).nemesis == ("partition", "kill")
+
+
 def test_a_small_cluster_replicates_what_it_can(tmp_path) -> None:
     assert resolve_config(None, {"nodes": 1}).replication_factor == 1
     assert resolve_config(None, {"nodes": 2}).replication_factor == 2

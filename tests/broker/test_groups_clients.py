@@ -45,14 +45,11 @@ def produce_spread(bootstrap: str, topic: str, values: list[bytes], partitions: 
 
 
 @pytest.fixture(scope="module")
-def gcluster(tmp_path_factory):
-    c = LocalCluster(n=3, base_dir=tmp_path_factory.mktemp("groups"))
-    with c:
-        c.wait_ready(timeout=60)
-        host, port = c.address(1)
-        keys = {k.api_key for k in kafka_request(host, port, ApiVersionsRequest[0]()).api_keys}
-        assert JOIN_GROUP in keys, "ApiVersions does not list the group APIs"
-        yield c
+def gcluster(cluster: LocalCluster) -> LocalCluster:
+    """The module's cluster (conftest.py), once it lists the group APIs."""
+    keys = {k.api_key for k in kafka_request(*cluster.address(1), ApiVersionsRequest[0]()).api_keys}
+    assert JOIN_GROUP in keys, "ApiVersions does not list the group APIs"
+    return cluster
 
 
 class Members:

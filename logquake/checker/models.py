@@ -186,31 +186,24 @@ def _new_value(op: Operation) -> Any:
     return op.value[1] if op.f == "cas" else op.value
 
 
-register = Model(
-    name="register",
-    fs=frozenset({"read", "write"}),
-    init=lambda: None,
-    step=_register_step,
-    describe=_describe_register_op,
-    describe_state=_describe_register_state,
-    keep=_keep_register_op,
-    read_only=_is_read,
-    overwrites=_is_write,
-    simplify=_drop_unobserved,
-)
+def _register_model(name: str, fs: frozenset[str], step: Callable[[Any, Operation], tuple[bool, Any]]) -> Model:
+    """A register model: plain and CAS registers differ only in their ops and step."""
+    return Model(
+        name=name,
+        fs=fs,
+        init=lambda: None,
+        step=step,
+        describe=_describe_register_op,
+        describe_state=_describe_register_state,
+        keep=_keep_register_op,
+        read_only=_is_read,
+        overwrites=_is_write,
+        simplify=_drop_unobserved,
+    )
 
-cas_register = Model(
-    name="cas-register",
-    fs=frozenset({"read", "write", "cas"}),
-    init=lambda: None,
-    step=_cas_register_step,
-    describe=_describe_register_op,
-    describe_state=_describe_register_state,
-    keep=_keep_register_op,
-    read_only=_is_read,
-    overwrites=_is_write,
-    simplify=_drop_unobserved,
-)
+
+register = _register_model("register", frozenset({"read", "write"}), _register_step)
+cas_register = _register_model("cas-register", frozenset({"read", "write", "cas"}), _cas_register_step)
 
 MODELS: dict[str, Model] = {m.name: m for m in (register, cas_register)}
 

@@ -27,6 +27,7 @@ the same through kafka-python (`client: kafka-python`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -231,8 +232,9 @@ def ensure_topic(bootstrap: str, keys: OffsetKeys, *, replication_factor: int, t
         _prepared.add(bootstrap)
 
 
-class ConfluentOffsetsClient:
-    """Commits and fetches offsets through librdkafka; see the module docstring."""
+class _GroupClient:
+    """What both libraries' clients share: the keys' topic, made on open, and one consumer
+    per group, made on first use; `_new_consumer` is the library's own part."""
 
     def __init__(self, *, keys: OffsetKeys | None = None, replication_factor: int = 3,
                  op_timeout: float = OP_TIMEOUT) -> None:
@@ -240,21 +242,35 @@ class ConfluentOffsetsClient:
         self.replication_factor = replication_factor
         self.op_timeout = op_timeout
         self._bootstrap = ""
-        self._consumers: dict[str, Consumer] = {}
-        self._outcomes: dict[tuple[str, str, int, int], KafkaError | None] = {}  # on_commit's answers
+        self._consumers: dict[str, Any] = {}
 
     def open(self, bootstrap_servers: str) -> None:
         self._bootstrap = bootstrap_servers
         ensure_topic(bootstrap_servers, self.keys, replication_factor=self.replication_factor)
 
-    def _consumer(self, k: int) -> Consumer:
+    def _consumer(self, k: int) -> Any:
         group = self.keys.group(k)
         c = self._consumers.get(group)
         if c is None:
-            conf = {**consumer_config(self._bootstrap, group),
-                    "on_commit": lambda err, parts: self._on_commit(group, err, parts)}
-            c = self._consumers[group] = Consumer(conf, logger=log)
+            c = self._consumers[group] = self._new_consumer(group)
         return c
+
+    def _new_consumer(self, group: str) -> Any:
+        raise NotImplementedError
+
+
+class ConfluentOffsetsClient(_GroupClient):
+    """Commits and fetches offsets through librdkafka; see the module docstring."""
+
+    def __init__(self, *, keys: OffsetKeys | None = None, replication_factor: int = 3,
+                 op_timeout: float = OP_TIMEOUT) -> None:
+        super().__init__(keys=keys, replication_factor=replication_factor, op_timeout=op_timeout)
+        self._outcomes: dict[tuple[str, str, int, int], KafkaError | None] = {}  # on_commit's answers
+
+    def _new_consumer(self, group: str) -> Consumer:
+        conf = {**consumer_config(self._bootstrap, group),
+                "on_commit": lambda err, parts: self._on_commit(group, err, parts)}
+        return Consumer(conf, logger=log)
 
     def _on_commit(self, group: str, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         # Values are unique per key, so (group, topic, partition, offset) names the op it answers,
@@ -314,6 +330,7 @@ class ConfluentOffsetsClient:
 # -- the kafka-python client ----------------------------------------------------------------
 
 
+@functools.cache
 def _kafka_python_fail() -> dict[type[BaseException], str]:
     """kafka-python's counterpart of `_FAIL` (its errors, raised from commit())."""
     import kafka.errors as kerr
@@ -332,7 +349,7 @@ def _kafka_python_fail() -> dict[type[BaseException], str]:
     }
 
 
-class KafkaPythonOffsetsClient:
+class KafkaPythonOffsetsClient(_GroupClient):
     """The same ops through kafka-python's `KafkaConsumer.commit()` / `committed()`.
 
     kafka-python retries a retriable commit error (NOT_COORDINATOR, timeouts) itself within
@@ -342,28 +359,10 @@ class KafkaPythonOffsetsClient:
     no `fail` here hides a write.)
     """
 
-    def __init__(self, *, keys: OffsetKeys | None = None, replication_factor: int = 3,
-                 op_timeout: float = OP_TIMEOUT) -> None:
-        self.keys = keys or OffsetKeys()
-        self.replication_factor = replication_factor
-        self.op_timeout = op_timeout
-        self._bootstrap = ""
-        self._consumers: dict[str, Any] = {}
-        self._fail = _kafka_python_fail()
-
-    def open(self, bootstrap_servers: str) -> None:
-        self._bootstrap = bootstrap_servers
-        ensure_topic(bootstrap_servers, self.keys, replication_factor=self.replication_factor)
-
-    def _consumer(self, k: int) -> Any:
+    def _new_consumer(self, group: str) -> Any:
         from kafka import KafkaConsumer
 
-        group = self.keys.group(k)
-        c = self._consumers.get(group)
-        if c is None:
-            c = self._consumers[group] = KafkaConsumer(
-                **kafka_python_consumer_config(self._bootstrap, group, self.op_timeout))
-        return c
+        return KafkaConsumer(**kafka_python_consumer_config(self._bootstrap, group, self.op_timeout))
 
     def invoke(self, op: Op) -> Op:
         from kafka import TopicPartition as KTopicPartition
@@ -387,7 +386,7 @@ class KafkaPythonOffsetsClient:
             self._drop(self.keys.group(k))
             if op.f == "read":  # a read changes nothing: see ConfluentOffsetsClient._read
                 return complete(op, FAIL, op.value, error=text)
-            return complete(op, FAIL if type(e) in self._fail else INFO, op.value, error=text)
+            return complete(op, FAIL if type(e) in _kafka_python_fail() else INFO, op.value, error=text)
         return complete(op, OK, [k, got if got is not None and got >= 0 else None])
 
     def _drop(self, group: str) -> None:

@@ -45,14 +45,11 @@ def produce_spread(bootstrap: str, topic: str, values: list[bytes], partitions: 
 
 
 @pytest.fixture(scope="module")
-def gcluster(tmp_path_factory):
-    c = LocalCluster(n=3, base_dir=tmp_path_factory.mktemp("groups"))
-    with c:
-        c.wait_ready(timeout=60)
-        host, port = c.address(1)
-        keys = {k.api_key for k in kafka_request(host, port, ApiVersionsRequest[0]()).api_keys}
-        assert JOIN_GROUP in keys, "ApiVersions does not list the group APIs"
-        yield c
+def gcluster(cluster: LocalCluster) -> LocalCluster:
+    """The module's cluster (conftest.py), once it lists the group APIs."""
+    keys = {k.api_key for k in kafka_request(*cluster.address(1), ApiVersionsRequest[0]()).api_keys}
+    assert JOIN_GROUP in keys, "ApiVersions does not list the group APIs"
+    return cluster
 
 
 class Members:
@@ -141,35 +138,53 @@ def confluent_member(bootstrap: str, topic: str, group: str) -> Callable[[thread
     return loop
 
 
+class GroupRun:
+    """One group's run: a topic of three partitions, members made with one client library,
+    and every value produced so far."""
+
+    def __init__(self, cluster: LocalCluster, client: str, name: str) -> None:
+        self.cluster = cluster
+        self.topic, self.group = f"grp-{name}", f"group-{name}"
+        cluster.create_topic(self.topic, partitions=3)
+        self.make = kafka_python_member if client == "kafka-python" else confluent_member
+        self.members = Members()
+        self.values: list[bytes] = []
+
+    def produce(self, n: int) -> None:
+        new = [f"{self.topic}-{len(self.values) + i}".encode() for i in range(n)]
+        produce_spread(self.cluster.bootstrap_servers, self.topic, new, 3)
+        self.values.extend(new)
+
+    def start(self, name: str) -> None:
+        self.members.start(name, self.make(self.cluster.bootstrap_servers, self.topic, self.group))
+
+    def consumed_all(self) -> bool:
+        return self.members.distinct() == len(self.values)
+
+    def check(self) -> None:
+        """Every value consumed, and only values whose commit failed consumed twice."""
+        assert self.members.errors == []
+        assert set(self.members.seen) == set(self.values)
+        twice = {v for v, n in Counter(self.members.seen).items() if n > 1}
+        assert twice <= set(self.members.uncommitted), "a value committed as processed was delivered again"
+
+
 @pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
 def test_group_of_three_consumes_every_message_once(gcluster: LocalCluster, client: str) -> None:
-    topic, group = f"grp-{client}", f"group-{client}"
-    gcluster.create_topic(topic, partitions=3)
-    make = kafka_python_member if client == "kafka-python" else confluent_member
-    members = Members()
-    values: list[bytes] = []
-
-    def produce(n: int) -> None:
-        new = [f"{topic}-{len(values) + i}".encode() for i in range(n)]
-        produce_spread(gcluster.bootstrap_servers, topic, new, 3)
-        values.extend(new)
-
-    produce(150)
-    members.start("a", make(gcluster.bootstrap_servers, topic, group))
-    wait_until(lambda: members.distinct() >= 20, 120, "the first member to consume")
-    members.start("b", make(gcluster.bootstrap_servers, topic, group))  # rebalance: a shares with b
-    members.start("c", make(gcluster.bootstrap_servers, topic, group))
-    produce(150)
-    wait_until(lambda: members.distinct() == len(values), 180, "the group to consume everything")
-    members.stop("a")  # rebalance: b and c take over a's partitions
-    produce(150)
-    wait_until(lambda: members.distinct() == len(values), 180, "the remaining members to consume everything")
-    members.stop("b")
-    members.stop("c")
-    assert members.errors == []
-    assert set(members.seen) == set(values)
-    twice = {v for v, n in Counter(members.seen).items() if n > 1}
-    assert twice <= set(members.uncommitted), "a value committed as processed was delivered again"
+    run = GroupRun(gcluster, client, client)
+    run.produce(150)
+    run.start("a")
+    wait_until(lambda: run.members.distinct() >= 20, 120, "the first member to consume")
+    run.start("b")  # rebalance: a shares with b
+    run.start("c")
+    run.produce(150)
+    wait_until(run.consumed_all, 180, "the group to consume everything")
+    run.members.stop("a")  # rebalance: b and c take over a's partitions
+    run.produce(150)
+    wait_until(run.consumed_all, 180, "the remaining members to consume everything")
+    run.members.stop("b")
+    run.members.stop("c")
+    run.check()
 
 
 def test_committed_offsets_survive_coordinator_failover(gcluster: LocalCluster) -> None:
@@ -249,35 +264,22 @@ def test_wire_generations_and_members(gcluster: LocalCluster) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
 def test_group_keeps_consuming_when_its_coordinator_dies(gcluster: LocalCluster, client: str) -> None:
-    topic, group = f"grp-fo-{client}", f"group-fo-{client}"
-    gcluster.create_topic(topic, partitions=3)
-    make = kafka_python_member if client == "kafka-python" else confluent_member
-    members = Members()
-    values: list[bytes] = []
-
-    def produce(n: int) -> None:
-        new = [f"{topic}-{len(values) + i}".encode() for i in range(n)]
-        produce_spread(gcluster.bootstrap_servers, topic, new, 3)
-        values.extend(new)
-
-    produce(300)
+    run = GroupRun(gcluster, client, f"fo-{client}")
+    run.produce(300)
     for name in "abc":
-        members.start(name, make(gcluster.bootstrap_servers, topic, group))
-    wait_until(lambda: members.distinct() == len(values), 180, "the group to consume the first part")
-    coordinator = gcluster.leader(OFFSETS_TOPIC, coordinator_partition(group))
+        run.start(name)
+    wait_until(run.consumed_all, 180, "the group to consume the first part")
+    coordinator = gcluster.leader(OFFSETS_TOPIC, coordinator_partition(run.group))
     gcluster.kill(coordinator)
     try:
-        produce(300)
-        wait_until(lambda: members.distinct() == len(values), 240, "the group to go on under a new coordinator")
+        run.produce(300)
+        wait_until(run.consumed_all, 240, "the group to go on under a new coordinator")
         for name in "abc":
-            members.stop(name)
+            run.members.stop(name)
     finally:
         gcluster.start(coordinator)
         gcluster.wait_ready(timeout=60)
-    assert members.errors == []
-    assert set(members.seen) == set(values)
-    twice = {v for v, n in Counter(members.seen).items() if n > 1}
-    assert twice <= set(members.uncommitted), "a value committed as processed was delivered again"
+    run.check()
 
 
 @pytest.mark.slow

@@ -20,14 +20,6 @@ from tests.broker.clients import confluent_consume
 N = 3_000
 
 
-@pytest.fixture(scope="module")
-def icluster(tmp_path_factory):
-    c = LocalCluster(n=3, base_dir=tmp_path_factory.mktemp("idem"))
-    with c:
-        c.wait_ready(timeout=60)
-        yield c
-
-
 def batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:
     b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
                                   producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
@@ -44,31 +36,31 @@ def produce_raw(c: LocalCluster, topic: str, records: bytes) -> tuple[int, int]:
     return p.error_code, p.base_offset
 
 
-def test_wire_duplicates_gaps_and_stale_epochs(icluster: LocalCluster) -> None:
+def test_wire_duplicates_gaps_and_stale_epochs(cluster: LocalCluster) -> None:
     topic = "idem-wire"
-    icluster.create_topic(topic)
-    init = kafka_request(*icluster.address(1), InitProducerIdRequest[3](
+    cluster.create_topic(topic)
+    init = kafka_request(*cluster.address(1), InitProducerIdRequest[3](
         transactional_id=None, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
     assert init.error_code == 0
     pid, epoch = init.producer_id, init.producer_epoch
     first = batch(pid, epoch, 0, [b"a", b"b"])
-    assert produce_raw(icluster, topic, first) == (0, 0)
-    assert produce_raw(icluster, topic, first) == (0, 0)  # a retry: the original offset, not a new write
-    assert produce_raw(icluster, topic, batch(pid, epoch, 5, [b"gap"]))[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
-    assert produce_raw(icluster, topic, batch(pid, epoch, 2, [b"c"])) == (0, 2)
-    bumped = kafka_request(*icluster.address(1), InitProducerIdRequest[3](
+    assert produce_raw(cluster, topic, first) == (0, 0)
+    assert produce_raw(cluster, topic, first) == (0, 0)  # a retry: the original offset, not a new write
+    assert produce_raw(cluster, topic, batch(pid, epoch, 5, [b"gap"]))[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert produce_raw(cluster, topic, batch(pid, epoch, 2, [b"c"])) == (0, 2)
+    bumped = kafka_request(*cluster.address(1), InitProducerIdRequest[3](
         transactional_id=None, transaction_timeout_ms=60_000, producer_id=pid, producer_epoch=epoch))
     assert (bumped.producer_id, bumped.producer_epoch) == (pid, epoch + 1)  # KIP-360
-    assert produce_raw(icluster, topic, batch(pid, epoch + 1, 0, [b"d"])) == (0, 3)  # sequences restart
-    assert produce_raw(icluster, topic, batch(pid, epoch, 3, [b"zombie"]))[0] == 47  # INVALID_PRODUCER_EPOCH
-    assert [v for _, v in confluent_consume(icluster.bootstrap_servers, topic, 4, timeout=30)] == [
+    assert produce_raw(cluster, topic, batch(pid, epoch + 1, 0, [b"d"])) == (0, 3)  # sequences restart
+    assert produce_raw(cluster, topic, batch(pid, epoch, 3, [b"zombie"]))[0] == 47  # INVALID_PRODUCER_EPOCH
+    assert [v for _, v in confluent_consume(cluster.bootstrap_servers, topic, 4, timeout=30)] == [
         b"a", b"b", b"c", b"d"]
 
 
 @pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
-def test_leader_killed_mid_stream_writes_no_duplicates(icluster: LocalCluster, client: str) -> None:
+def test_leader_killed_mid_stream_writes_no_duplicates(cluster: LocalCluster, client: str) -> None:
     topic = f"idem-kill-{client}"
-    icluster.create_topic(topic)
+    cluster.create_topic(topic)
     values = [f"{client}-{i}".encode() for i in range(N)]
     acked: list[bytes] = []
     failed: list[str] = []
@@ -83,7 +75,7 @@ def test_leader_killed_mid_stream_writes_no_duplicates(icluster: LocalCluster, c
             return len(acked)
 
     if client == "confluent-kafka":
-        p = Producer({"bootstrap.servers": icluster.bootstrap_servers, "enable.idempotence": True,
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
                       "linger.ms": 2, "batch.num.messages": 50, "message.timeout.ms": 120_000})
 
         def send(v: bytes) -> None:
@@ -100,7 +92,7 @@ def test_leader_killed_mid_stream_writes_no_duplicates(icluster: LocalCluster, c
     else:
         from kafka import KafkaProducer
 
-        kp = KafkaProducer(bootstrap_servers=icluster.bootstrap_servers, enable_idempotence=True, acks="all",
+        kp = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, enable_idempotence=True, acks="all",
                            linger_ms=2, batch_size=4096, delivery_timeout_ms=120_000, request_timeout_ms=10_000)
 
         def send(v: bytes) -> None:
@@ -111,7 +103,7 @@ def test_leader_killed_mid_stream_writes_no_duplicates(icluster: LocalCluster, c
             kp.flush(180)
             kp.close()
 
-    leader = icluster.leader(topic, 0)
+    leader = cluster.leader(topic, 0)
     for i, v in enumerate(values):
         send(v)
         if i == N // 3:
@@ -121,12 +113,12 @@ def test_leader_killed_mid_stream_writes_no_duplicates(icluster: LocalCluster, c
                 time.sleep(0.05)
                 if client == "confluent-kafka":
                     p.poll(0)
-            icluster.kill(leader)
+            cluster.kill(leader)
     flush()
-    icluster.start(leader)
-    icluster.wait_ready(timeout=60)
+    cluster.start(leader)
+    cluster.wait_ready(timeout=60)
     assert failed == [], failed[:3]
-    got = [v for _, v in confluent_consume(icluster.bootstrap_servers, topic, N, timeout=120)]
+    got = [v for _, v in confluent_consume(cluster.bootstrap_servers, topic, N, timeout=120)]
     dupes = [v for v, k in Counter(got).items() if k > 1]
     assert dupes == [], f"{len(dupes)} values written twice, e.g. {dupes[:3]}"
     assert set(got) == set(acked) == set(values)

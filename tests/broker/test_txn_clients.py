@@ -20,13 +20,11 @@ END_TXN = 26
 
 
 @pytest.fixture(scope="module")
-def tcluster(tmp_path_factory):
-    c = LocalCluster(n=3, base_dir=tmp_path_factory.mktemp("txn"))
-    with c:
-        c.wait_ready(timeout=60)
-        keys = {k.api_key for k in kafka_request(*c.address(1), ApiVersionsRequest[0]()).api_keys}
-        assert END_TXN in keys, "ApiVersions does not list the transaction APIs"
-        yield c
+def tcluster(cluster: LocalCluster) -> LocalCluster:
+    """The module's cluster (conftest.py), once it lists the transaction APIs."""
+    keys = {k.api_key for k in kafka_request(*cluster.address(1), ApiVersionsRequest[0]()).api_keys}
+    assert END_TXN in keys, "ApiVersions does not list the transaction APIs"
+    return cluster
 
 
 def read_all(bootstrap: str, topic: str, *, isolation: str, want: int, partitions: int = 1,

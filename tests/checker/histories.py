@@ -8,8 +8,8 @@
 Each call appends an invoke and its completion (in that order) unless split with
 `invoke` / `complete` to make ops overlap.
 
-For simulated histories (logquake.checker.generate): `sim_configs` draws small simulation
-settings for Hypothesis; `oddly_read`, `swap_sends`, `shift_offsets` and `scale_values`
+For simulated histories (logquake.checker.generate): `with_bug` is a small fixed simulation
+with one bug planted (or none), `sim_configs` draws small simulation settings for Hypothesis; `oddly_read`, `swap_sends`, `shift_offsets` and `scale_values`
 rewrite a history so that reads go back or skip, a process's sends go back, offsets lie
 beyond what a list can index, or values spread far apart.
 """
@@ -180,6 +180,13 @@ def scale_values(ops: list[Op], by: int) -> list[Op]:
             o = dataclasses.replace(o, value=value)
         out.append(o)
     return out
+
+
+def with_bug(bug: str, **settings: Any) -> SimConfig:
+    """A small simulation with `bug` planted ("none": no bug): 3 active keys and 5 % each of
+    failed, indeterminate and reassigning ops, unless `settings` says otherwise."""
+    defaults: dict[str, Any] = {"active_keys": 3, "p_fail": 0.05, "p_info": 0.05, "p_assign": 0.05}
+    return SimConfig(**{**defaults, **settings}, bugs=frozenset() if bug == "none" else frozenset([bug]))
 
 
 def sim_configs(bugs: st.SearchStrategy[frozenset] = st.just(frozenset())) -> st.SearchStrategy[SimConfig]:

@@ -18,25 +18,14 @@ from typing import Any
 import pytest
 
 from logquake.checker import CheckOptions, check_history
-from logquake.checker.generate import BUGS, SimConfig, simulate
+from logquake.checker.generate import BUGS, simulate
+from tests.checker.histories import with_bug
 
 
 def history(name: str):
     bug, txn, ww = name.split("/")
-    cfg = SimConfig(
-        ops=500,
-        workers=4,
-        active_keys=3,
-        max_writes_per_key=25,
-        txn=txn == "txn",
-        p_fail=0.05,
-        p_info=0.05,
-        p_assign=0.05,
-        poll_max=4,
-        bugs=frozenset() if bug == "none" else frozenset([bug]),
-        p_bug=0.2,
-        seed=len(name),
-    )
+    cfg = with_bug(bug, ops=500, workers=4, max_writes_per_key=25, txn=txn == "txn", poll_max=4, p_bug=0.2,
+                   seed=len(name))
     ops, _ = simulate(cfg)
     opts = CheckOptions(txn=cfg.txn, ww_deps=ww == "ww", sub_via="assign" if ww == "ww" else "subscribe")
     return ops, opts

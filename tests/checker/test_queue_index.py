@@ -12,26 +12,13 @@ from __future__ import annotations
 import pytest
 
 from logquake.checker import CheckOptions, check_history
-from logquake.checker.generate import SimConfig, simulate
+from logquake.checker.generate import simulate
 from logquake.history import Op
-from tests.checker.histories import H, oddly_read, shift_offsets, swap_sends
+from tests.checker.histories import H, oddly_read, shift_offsets, swap_sends, with_bug
 
 
 def _history(bug: str, txn: bool, seed: int) -> list[Op]:
-    cfg = SimConfig(
-        ops=800,
-        workers=5,
-        active_keys=3,
-        max_writes_per_key=30,
-        txn=txn,
-        p_fail=0.05,
-        p_info=0.05,
-        p_assign=0.05,
-        poll_max=5,
-        bugs=frozenset() if bug == "none" else frozenset([bug]),
-        p_bug=0.1,
-        seed=seed,
-    )
+    cfg = with_bug(bug, ops=800, workers=5, max_writes_per_key=30, txn=txn, poll_max=5, p_bug=0.1, seed=seed)
     return simulate(cfg)[0]
 
 

@@ -89,6 +89,15 @@ def wait_until(cond: Callable[[], object], *, timeout: float = 30.0, what: str =
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (its parent may not have reaped it yet)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return raw[raw.rindex(")") + 2] != "Z"
+
+
 def start_listeners(state: LabState, hosts: dict[str, LabHost], base: Path, port: int = PORT) -> None:
     base.mkdir(parents=True, exist_ok=True)
     script = base / "listener.py"

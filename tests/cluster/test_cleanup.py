@@ -11,19 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from .labkit import fake_cluster, require_lab
+from .labkit import fake_cluster, require_lab, running
 
 pytestmark = pytest.mark.lab
 
 HERE = Path(__file__).parent
-
-
-def _running(pid: int) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return raw[raw.rindex(")") + 2] != "Z"
 
 
 def _links() -> str:
@@ -45,8 +37,8 @@ def test_close_leaves_nothing(tmp_path):
     with fake_cluster(2, tmp_path, lazyfs=True) as c:
         pids = [c.lifecycle.pid(n) for n in c.nodes] + [r.pid for r in c.state.holders.values()]
         veth, state_file = c.state.harness_veth, c.state.path
-        assert all(_running(p) for p in pids) and veth in _links() and state_file.exists()
-    assert not any(_running(p) for p in pids)
+        assert all(running(p) for p in pids) and veth in _links() and state_file.exists()
+    assert not any(running(p) for p in pids)
     assert veth not in _links() and not state_file.exists()
 
 
@@ -61,7 +53,7 @@ def test_cluster_down_cleans_up_after_a_sigkilled_harness(tmp_path):
         harness.send_signal(signal.SIGKILL)
         harness.wait(30)
     # the dead harness left all of it behind ...
-    assert all(_running(p) for p in info["pids"])
+    assert all(running(p) for p in info["pids"])
     assert info["veth"] in _links()
     assert _lazyfs_mounts() >= 3
     # ... and `logquake cluster down` removes it
@@ -69,7 +61,7 @@ def test_cluster_down_cleans_up_after_a_sigkilled_harness(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"cluster {info['id']} down" in out.stdout
-    assert not any(_running(p) for p in info["pids"])
+    assert not any(running(p) for p in info["pids"])
     assert info["veth"] not in _links()
     assert not list((tmp_path / "state").glob("*.json"))
     assert _lazyfs_mounts() == 0 or _lazyfs_mounts_not_ours(tmp_path)
@@ -99,11 +91,11 @@ def test_down_spares_a_cluster_whose_harness_is_running_unless_all(tmp_path, mon
         down = subprocess.run([sys.executable, "-m", "logquake", "cluster", "down"], env=env, capture_output=True,
                               text=True, timeout=120)
         assert down.returncode == 0 and "spared" in down.stdout
-        assert state.path.exists() and _running(state.holders["n1"].pid)
+        assert state.path.exists() and running(state.holders["n1"].pid)
         down = subprocess.run([sys.executable, "-m", "logquake", "cluster", "down", "--all"], env=env,
                               capture_output=True, text=True, timeout=120)
         assert down.returncode == 0 and f"cluster {state.cluster_id} down" in down.stdout
-        assert not state.path.exists() and not _running(state.holders["n1"].pid)
+        assert not state.path.exists() and not running(state.holders["n1"].pid)
 
 
 @pytest.mark.slow
@@ -114,6 +106,6 @@ def test_daemons_are_found_even_when_their_namespace_holder_died(tmp_path):
         os.kill(holder, signal.SIGKILL)
         from .labkit import wait_until
 
-        wait_until(lambda: not _running(holder), what="holder gone")
-        assert _running(broker)  # the namespace lives on through the broker
-    assert not _running(broker)
+        wait_until(lambda: not running(holder), what="holder gone")
+        assert running(broker)  # the namespace lives on through the broker
+    assert not running(broker)

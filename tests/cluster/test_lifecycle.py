@@ -20,7 +20,7 @@ from logquake.nemesis import node_needs
 from logquake.systems import NodeSetup, NodeSpec, get_system
 from logquake.systems.kafka import BrokerLifecycle
 
-from .labkit import fake_clock, fake_cluster, fake_counter, lab, require_lab, wait_until
+from .labkit import fake_clock, fake_cluster, fake_counter, lab, require_lab, running, wait_until
 
 
 def _specs(tmp_path: Path) -> list[NodeSpec]:
@@ -191,12 +191,4 @@ def test_real_brokers_take_writes_and_survive_a_kill(tmp_path):
         c.wait_ready(90)
         pids = [c.lifecycle.pid(n) for n in c.nodes]
     for pid in pids:  # close() stopped every broker
-        wait_until(lambda pid=pid: not _running(pid), what=f"broker {pid} gone")
-
-
-def _running(pid: int) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return raw[raw.rindex(")") + 2] != "Z"
+        wait_until(lambda pid=pid: not running(pid), what=f"broker {pid} gone")

@@ -46,7 +46,9 @@ __all__ = [
     "MONITOR_PORT",
     "MAX_REPLICAS",
     "PINNED_VERSION",
+    "client_urls",
     "find_binary",
+    "monitor_json",
     "node_not_ready",
     "parse_settings",
     "render_config",
@@ -242,7 +244,7 @@ class JetStreamLifecycle(PidSignals):
 
     def bootstrap(self) -> str:
         """How clients reach the cluster: every node's client URL, comma-separated."""
-        return ",".join(f"nats://{s.address}:{s.client_port}" for s in self.specs)
+        return client_urls(self.specs)
 
     def logs(self, node: str) -> list[str]:
         s = self.spec(node)
@@ -304,7 +306,7 @@ class JetStreamLifecycle(PidSignals):
     def monitoring(self, node: str, path: str) -> dict[str, Any]:
         """What the node's monitoring port answers at `path` ("jsz?streams=true", "healthz", ...)."""
         s = self.spec(node)
-        return _get_json(f"http://{s.address}:{self.monitor_port(node)}/{path}")
+        return monitor_json(f"http://{s.address}:{self.monitor_port(node)}/{path}")
 
     def not_ready(self, node: str) -> str | None:
         """Why `node` is not ready yet, or None when it is (see `node_not_ready`)."""
@@ -335,7 +337,7 @@ def node_not_ready(spec: NodeSpec, specs: Sequence[NodeSpec], *, monitor_port: i
     """
     base = f"http://{spec.address}:{monitor_port}"
     try:
-        routes, jsz, health = (_get_json(f"{base}/{p}") for p in ("routez", "jsz", "healthz"))
+        routes, jsz, health = (monitor_json(f"{base}/{p}") for p in ("routez", "jsz", "healthz"))
     except (OSError, ValueError) as e:
         return f"monitoring port not answering ({e})"
     if (missing := _unrouted(routes, [o.name for o in specs if o.name != spec.name])) is not None:
@@ -365,7 +367,12 @@ def _unrouted(routez: Mapping[str, Any], others: Sequence[str]) -> str | None:
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _get_json(url: str) -> dict[str, Any]:
+def client_urls(specs: Sequence[NodeSpec]) -> str:
+    """How clients reach the cluster: every node's client URL, comma-separated."""
+    return ",".join(f"nats://{s.address}:{s.client_port}" for s in specs)
+
+
+def monitor_json(url: str) -> dict[str, Any]:
     """GET a monitoring endpoint; /healthz answers 503 with a JSON body when unhealthy."""
     try:
         with _DIRECT.open(url, timeout=2.0) as r:

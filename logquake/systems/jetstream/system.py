@@ -22,7 +22,8 @@ from logquake.systems.jetstream.server import (
     MONITOR_PORT,
     JetStreamLifecycle,
     JetStreamSettings,
-    _get_json,
+    client_urls,
+    monitor_json,
     node_not_ready,
     parse_settings,
 )
@@ -51,7 +52,7 @@ def _make_lifecycle(setup: NodeSetup) -> JetStreamLifecycle:
 
 
 def _bootstrap(specs: Sequence[NodeSpec], cfg: TestConfig) -> str:
-    return ",".join(f"nats://{s.address}:{s.client_port}" for s in specs)
+    return client_urls(specs)
 
 
 def _not_ready(bootstrap: str, specs: Sequence[NodeSpec]) -> list[str]:
@@ -71,7 +72,7 @@ def _leaders(bootstrap: str, names: Mapping[int, str], timeout: float) -> dict[s
             break
         host = urlsplit(url).hostname
         with contextlib.suppress(OSError, ValueError):
-            jsz = _get_json(f"http://{host}:{MONITOR_PORT}/jsz?accounts=true&streams=true")
+            jsz = monitor_json(f"http://{host}:{MONITOR_PORT}/jsz?accounts=true&streams=true")
             for acc in jsz.get("account_details") or []:
                 for st in acc.get("stream_detail") or []:
                     leader = (st.get("cluster") or {}).get("leader")

@@ -59,6 +59,9 @@ def _main_options(
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Test config YAML.")] = None,
     workload: Annotated[str | None, typer.Option(help="queue | pipeline | offsets (default queue).")] = None,
+    system: Annotated[
+        str | None, typer.Option(help="The system under test: kafka | jetstream (default kafka).")
+    ] = None,
     nodes: Annotated[int | None, typer.Option(help="Broker nodes (default 5).")] = None,
     time_limit: Annotated[float | None, typer.Option(help="Seconds of the main phase (default 45).")] = None,
     rate: Annotated[float | None, typer.Option(help="Target ops/s over all workers (default 100).")] = None,
@@ -84,7 +87,10 @@ def run(
         typer.Option(help="Delivery guarantee profile: at-most-once | at-least-once | idempotent | exactly-once "
                           "(sets client configs and which anomalies are bad; default at-least-once)."),
     ] = None,
-    client: Annotated[str | None, typer.Option(help="confluent | kafka-python (default confluent).")] = None,
+    client: Annotated[
+        str | None,
+        typer.Option(help="confluent | kafka-python | nats-py (default confluent; nats-py for jetstream)."),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="RNG seed for ops and faults (random if unset).")] = None,
     name: Annotated[str | None, typer.Option(help="Test name (results/<name>/...; default the workload).")] = None,
     results_dir: Annotated[str | None, typer.Option(help="Where run directories go (default results).")] = None,
@@ -103,7 +109,7 @@ def run(
     cfg = resolve_config(
         config,
         {
-            "workload": workload, "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
+            "workload": workload, "system": system, "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
             "nemesis": nemesis, "nemesis_interval": nemesis_interval, "txn": txn, "sub_via": sub_via,
             "guarantee": guarantee, "client": client, "seed": seed, "name": name, "results_dir": results_dir,
             "backend": backend, "bootstrap_servers": bootstrap_servers, "replication_factor": replication_factor,

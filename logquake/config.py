@@ -3,6 +3,7 @@
 Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
 
     name              test name; the results land in results/<name>/<start time>/   (the workload)
+    system            kafka | jetstream: the system under test (logquake.systems)     (kafka)
     workload          queue | pipeline | offsets                                     (queue)
     backend           lab | docker | ssh | external                                  (lab)
     nodes             number of broker nodes, 1-15                                   (5)
@@ -16,7 +17,7 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     nemesis_interval  mean seconds between fault start/stop flips                    (10)
     txn               queue ops are transactions of 1-4 micro-ops                     (false)
     sub_via           assign | subscribe                                             (assign)
-    client            confluent | kafka-python                                       (confluent)
+    client            confluent | kafka-python | nats-py                 (the system's first)
     guarantee         at-most-once | at-least-once | idempotent | exactly-once       (at-least-once)
     seed              RNG seed for ops and faults; random if unset, stored in test.json
     partitions        partitions per topic                                           (1)
@@ -27,6 +28,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     ww_deps           infer write-write order for the cycle search                   (true)
     results_dir       where run directories go                                       (results)
     broker            node config passed to every broker (fsync, unsafe: {...})      ({})
+    jetstream         system jetstream: {binary, sync_interval, replicas,
+                      duplicate_window} (logquake/systems/jetstream/server.py)           ({})
     producer          client producer settings, library-neutral: {acks: 1, retries: 0,
                       idempotence: true}
                       (default acks=all, idempotent; acks=1 is for testing the harness)  ({})
@@ -35,6 +38,9 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
                       address: 10.0.0.11, user: root, key: ~/.ssh/id, known_hosts,
                       accept_new_host_keys, sudo, python, dir} or {type: docker,
                       container: kafka-1, address, pidfile, start} (cluster/hostcfg.py)  ([])
+
+What the system cannot do is refused at load, from its record (logquake.systems.base.System):
+a client, workload, transactions, partitions or a fault's need it does not offer.
 
 Every error names the key, the bad value and what is allowed. Each list of allowed values
 has its home beside what it names: workloads in logquake.workloads.registry, guarantees and
@@ -56,7 +62,7 @@ from logquake.errors import ConfigError
 from logquake.guarantees import GUARANTEES, SUB_VIAS
 
 BACKENDS = ("lab", "docker", "ssh", "external")
-CLIENTS = ("confluent", "kafka-python")
+CLIENTS = ("confluent", "kafka-python", "nats-py")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +72,7 @@ class TestConfig:
     __test__ = False  # not a pytest test class, despite the name
 
     name: str = "queue"
+    system: str = "kafka"
     workload: str = "queue"
     backend: str = "lab"
     nodes: int = 5
@@ -87,6 +94,7 @@ class TestConfig:
     ww_deps: bool = True
     results_dir: str = "results"
     broker: dict[str, Any] = field(default_factory=dict)
+    jetstream: dict[str, Any] = field(default_factory=dict)
     producer: dict[str, Any] = field(default_factory=dict)
     bootstrap_servers: tuple[str, ...] = ()
     hosts: tuple[dict[str, Any], ...] = ()
@@ -158,6 +166,10 @@ def _validate_value(key: str, value: Any) -> Any:
             from logquake.workloads.registry import WORKLOADS  # here: the workloads build on TestConfig
 
             return _choice(key, value, tuple(WORKLOADS))
+        case "system":
+            from logquake.systems.base import SYSTEMS
+
+            return _choice(key, value, tuple(SYSTEMS))
         case "backend":
             return _choice(key, value, BACKENDS)
         case "sub_via":
@@ -213,6 +225,10 @@ def _validate_value(key: str, value: Any) -> Any:
             if "idempotence" in value:
                 value = {**value, "idempotence": _bool(f"{key}.idempotence", value["idempotence"])}
             return dict(value)
+        case "jetstream":  # its keys are the system's to check, once nodes are known (_check_system)
+            if not isinstance(value, dict):
+                raise ConfigError(key, f"expected a mapping of settings, got {value!r}")
+            return dict(value)
         case "broker":
             if not isinstance(value, dict):
                 raise ConfigError(key, f"expected a mapping, got {value!r}")
@@ -235,6 +251,36 @@ def _check_broker(key: str, value: dict[str, Any]) -> None:
         parse_node_config({**_NODE_STANDINS, **value})
     except ConfigError as e:
         raise e.under(key) from None
+
+
+# The config keys that hold one system's own settings (System.settings_key).
+_SETTINGS_KEYS = ("broker", "jetstream")
+
+
+def _check_system(cfg: TestConfig) -> None:
+    """Refuse what cfg.system cannot do, naming the key that asks for it."""
+    from logquake.cluster.backends import system_for  # here: the cluster modules build on TestConfig
+    from logquake.nemesis import FAULTS, fault_families
+
+    system = system_for(cfg)
+    for key in _SETTINGS_KEYS:
+        if getattr(cfg, key) and key != system.settings_key:
+            raise ConfigError(key, f"settings for another system; this test's system is {cfg.system}")
+    if cfg.client not in system.clients:
+        raise ConfigError("client", f"system {cfg.system} is driven by {', '.join(system.clients)}; got {cfg.client!r}")
+    if cfg.workload not in system.workloads:
+        raise ConfigError("workload", f"system {cfg.system} runs {', '.join(system.workloads)}; got {cfg.workload!r}")
+    if cfg.txn and "transactions" not in system.features:
+        raise ConfigError("txn", f"system {cfg.system} has no transactions logquake drives")
+    if system.max_partitions is not None and cfg.partitions > system.max_partitions:
+        raise ConfigError("partitions", f"system {cfg.system} has at most {system.max_partitions} per key, "
+                                        f"got {cfg.partitions}")
+    for family in fault_families(cfg.nemesis):
+        needs = FAULTS[family].needs if family in FAULTS else None
+        for need, why in system.unmet_needs.items():
+            if needs is not None and getattr(needs, need):
+                raise ConfigError("nemesis", f"{family} faults cannot run on {cfg.system}: {why}")
+    system.check_config(cfg)
 
 
 def _check_key(key: str, where: str) -> str:
@@ -298,7 +344,12 @@ def resolve_config(
         checked["name"] = checked["workload"]  # results/offsets/..., not results/queue/...
     if "replication_factor" not in checked:  # a 1- or 2-node cluster replicates what it can
         checked["replication_factor"] = min(TestConfig.replication_factor, checked.get("nodes", TestConfig.nodes))
+    if "client" not in checked:  # each system has its own client libraries
+        from logquake.systems.base import get_system
+
+        checked["client"] = get_system(checked.get("system", TestConfig.system)).clients[0]
     cfg = TestConfig(**checked)
+    _check_system(cfg)
     if cfg.replication_factor > cfg.nodes and cfg.backend != "external":
         raise ConfigError(
             "replication_factor",

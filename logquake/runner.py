@@ -120,9 +120,10 @@ def open_cluster(cfg: TestConfig, run_dir: Path) -> Iterator[Cluster]:
     """The cluster under test, its nodes given what the test's faults need, torn down on exit
     whatever happens."""
     from logquake.cluster import open_cluster as _open
+    from logquake.cluster.backends import system_for
     from logquake.nemesis import node_needs
 
-    with contextlib.closing(_open(cfg, run_dir, needs=node_needs(cfg.nemesis))) as cluster:
+    with contextlib.closing(_open(cfg, run_dir, system=system_for(cfg), needs=node_needs(cfg.nemesis))) as cluster:
         yield cluster
 
 
@@ -209,7 +210,11 @@ def run_test(
         log.info("run %s seed=%s dir=%s", cfg.name, cfg.seed, run_dir)
         log.info("guarantee %s: producer %s; consumer %s; offsets committed %s", profile["guarantee"],
                  profile["producer_config"], profile["consumer_config"], profile["offset_commit"])
-        save_config(cfg, run_dir / store.TEST, run_dir=str(run_dir), start_time=time.time(), profile=profile)
+        from logquake.cluster.backends import system_for
+
+        server = system_for(cfg).describe(cfg)
+        save_config(cfg, run_dir / store.TEST, run_dir=str(run_dir), start_time=time.time(), profile=profile,
+                    **({"server": server} if server else {}))
         writer = HistoryWriter(run_dir / store.HISTORY)
         recorder = Recorder(writer, stats)
         with _Interrupt(stop) as intr:

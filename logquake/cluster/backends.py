@@ -20,7 +20,7 @@ from logquake.config import TestConfig
 from logquake.errors import ConfigError
 from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System, get_system
 
-__all__ = ["BACKENDS", "EXTERNAL_FAULTS", "Backend", "make_host", "open_cluster"]
+__all__ = ["BACKENDS", "EXTERNAL_FAULTS", "Backend", "make_host", "open_cluster", "system_for"]
 
 Opener = Callable[[TestConfig, Path, System, NodeNeeds, bool], NodeCluster]
 
@@ -33,6 +33,22 @@ class Backend:
     open: Opener
     default_system: str
     starts_nodes: bool = True  # False: the nodes run already and are only reached
+
+
+def system_for(cfg: TestConfig) -> System:
+    """The System cfg.backend runs for cfg.system: the system itself where the backend starts
+    nodes, else the system that reaches its nodes (`System.reached_as`); ConfigError naming
+    `backend` where there is none."""
+    backend = BACKENDS.get(cfg.backend)
+    if backend is None:
+        raise ConfigError("backend", f"unknown backend {cfg.backend!r}; allowed: {', '.join(BACKENDS)}")
+    system = get_system(cfg.system)
+    if system.starts_nodes == backend.starts_nodes:
+        return system
+    if not backend.starts_nodes and system.reached_as is not None:
+        return get_system(system.reached_as)
+    raise ConfigError("backend", f"the {backend.name} backend cannot run system {system.name}: "
+                      f"it {'starts' if backend.starts_nodes else 'only reaches'} nodes")
 
 
 def open_cluster(cfg: TestConfig, run_dir: Path, *, system: System | None = None,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from logquake.cluster.host import Host
@@ -151,7 +151,14 @@ class System:
     such as "metadata") still waited for. `leaders` maps "topic/partition" (or its
     equivalent) to the node leading it, {} when unknown; faults aim at leaders with it.
     `starts_nodes` is False for a cluster logquake only reaches: it is neither started,
-    stopped nor wiped, and its logs are not ours.
+    stopped nor wiped, and its logs are not ours; `reached_as` names the system that reaches
+    this one's nodes where a backend only reaches (None: no such system).
+
+    What a test may ask of it is checked at config load: `max_partitions` per key (None: no
+    limit), `unmet_needs` maps a `NodeNeeds` field the system cannot provide to why, so a
+    fault needing it is refused; `check_config` raises ConfigError for the system's own keys
+    (`settings_key`, e.g. `jetstream:`), and `describe` gives test.json's facts about the
+    servers run (binary, version), stored as `server` beside the keys; {} for none.
     """
 
     name: str
@@ -164,19 +171,29 @@ class System:
     not_ready: Callable[[str, Sequence[NodeSpec]], list[str]]
     leaders: Callable[[str, Mapping[int, str], float], dict[str, str]]
     starts_nodes: bool = True
+    reached_as: str | None = None
     client_port: int = 9092
     peer_port: int = 9093
+    max_partitions: int | None = None
+    unmet_needs: Mapping[str, str] = field(default_factory=dict)
+    settings_key: str | None = None
+    check_config: Callable[[TestConfig], None] = lambda cfg: None
+    describe: Callable[[TestConfig], dict[str, Any]] = lambda cfg: {}
 
     def __post_init__(self) -> None:
         unknown = self.features - FEATURES
         if unknown:
             raise ValueError(f"system {self.name}: unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
+        needs = {f.name for f in fields(NodeNeeds)}
+        if set(self.unmet_needs) - needs:
+            raise ValueError(f"system {self.name}: unmet_needs names no NodeNeeds field: {sorted(self.unmet_needs)}")
 
 
 # name -> "module:attribute" of its System record; imported on first use.
 SYSTEMS: Mapping[str, str] = {
     "kafka": "logquake.systems.kafka:KAFKA",
     "kafka-external": "logquake.systems.kafka:EXTERNAL_KAFKA",
+    "jetstream": "logquake.systems.jetstream:JETSTREAM",
 }
 
 

@@ -276,6 +276,8 @@ KAFKA = System(
     bootstrap=_bootstrap,
     not_ready=_brokers_not_ready,
     leaders=partition_leaders,
+    reached_as="kafka-external",
+    settings_key="broker",
 )
 
 # The same clients, workloads and features, on brokers someone else runs.
@@ -287,4 +289,5 @@ EXTERNAL_KAFKA = replace(
     bootstrap=_external_bootstrap,
     not_ready=_external_not_ready,
     starts_nodes=False,
+    reached_as=None,
 )

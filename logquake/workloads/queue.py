@@ -28,6 +28,11 @@ def make_client(cfg: TestConfig, **kw: Any) -> Client:
         "producer": producer_settings(cfg),
         **kw,
     }
+    if cfg.client == "nats-py":
+        from logquake.systems.jetstream import JetStreamClient
+        from logquake.systems.jetstream.system import replicas, settings
+
+        return JetStreamClient(replicas=replicas(cfg), duplicate_window=settings(cfg).duplicate_window, **opts)
     if cfg.client == "kafka-python":
         from logquake.workloads.kafkapython import KafkaPythonClient
 

@@ -112,6 +112,10 @@ def _queue_allowed(cfg: TestConfig) -> frozenset[str]:
 def _queue_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     from logquake.workloads.queue import producer_settings
 
+    if cfg.client == "nats-py":
+        from logquake.systems.jetstream.client import client_configs
+
+        return client_configs(cfg)
     if cfg.client == "kafka-python":
         from logquake.workloads import kafkapython as lib
     else:
@@ -208,7 +212,7 @@ WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload(name="queue", summary="sends, polls and transactions on keyed partitions (Jepsen's Kafka test)",
-                 clients=("confluent", "kafka-python"), check=_queue_check, allowed=_queue_allowed,
+                 clients=("confluent", "kafka-python", "nats-py"), check=_queue_check, allowed=_queue_allowed,
                  client_configs=_queue_configs, make_generator=_queue_generator, make_client=_queue_client),
         Workload(name="pipeline", summary="consume-transform-produce: how often each input reaches the output",
                  clients=("confluent",), check=_pipeline_check, allowed=_pipeline_allowed,

@@ -8,8 +8,10 @@ from logquake.systems.jetstream.server import (
     parse_settings,
     server_version,
 )
+from logquake.systems.jetstream.system import JETSTREAM
 
 __all__ = [
+    "JETSTREAM",
     "JetStreamClient",
     "JetStreamLifecycle",
     "JetStreamSettings",

@@ -30,6 +30,13 @@ How the queue's words map onto JetStream:
   fetch, and a message is acked after an ok poll returned it (Kafka's auto-commit after
   processing). A message fetched by a poll that ends info is not acked and is delivered
   again after `ACK_WAIT_S`.
+- the final read (the drain's ops marked `final`): a final assign records each key's end
+  of the log as `ends`, the stream's last sequence + 1 (where the next message would go,
+  as a Kafka high watermark is), read from the stream leader's StreamInfo; an empty
+  stream's end is its first sequence, a stream the server does not know ends at
+  `FIRST_SEQ` (nothing was stored), and a key whose leader did not answer in time gets
+  None. Each final poll records this client's position per key (`positions`), which
+  passes gaps in the sequence that no read returns.
 - crash is the runner's: it closes this client (the connection drops) and opens a new one.
 - transactions are not driven: JetStream's atomic batches (server 2.12+) are the
   analogue, and a System without "transactions" refuses `--txn` at config load.
@@ -46,7 +53,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nats
 import nats.errors
@@ -58,6 +65,9 @@ from logquake.history import FAIL, INFO, OK, Op
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.client import TOPIC_PREFIX, QueueClient, add_polled, complete, seek_back
 
+if TYPE_CHECKING:
+    from logquake.config import TestConfig
+
 log = logging.getLogger("logquake.client.nats-py")
 
 FIRST_SEQ = 1  # a stream's first sequence
@@ -65,6 +75,7 @@ GROUP = "lq-group"  # the durable consumer subscribers share
 ACK_WAIT_S = 5.0  # a subscriber's unacked message is delivered again after this
 READ_BATCH = 100  # messages a poll reads per key at most
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
+ENDS_TIMEOUT = 5.0  # a final assign asks every key's end of the log within this, all in all
 RETRY_BACKOFF = 0.1
 
 # Exceptions that mean "certainly not stored". Each entry says why.
@@ -82,6 +93,21 @@ _FAIL: dict[type[BaseException], str] = {
 def classify(e: BaseException) -> str:
     """`fail` if `e` guarantees the message was not stored, else `info`."""
     return FAIL if type(e) in _FAIL else INFO
+
+
+def client_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What test.json says this client does: (producer, consumer), as the Kafka adapters' configs."""
+    from logquake.systems.jetstream.system import replicas, settings
+    from logquake.workloads.queue import producer_settings
+
+    producer = producer_settings(cfg)
+    stream: dict[str, Any] = {"storage": "file", "num_replicas": replicas(cfg)}
+    if (window := settings(cfg).duplicate_window) is not None:
+        stream["duplicate_window"] = window
+    return ({"Nats-Msg-Id": bool(producer.get("idempotence", False)), "retries": producer.get("retries", "unbounded"),
+             "publish_timeout_s": PUBLISH_TIMEOUT, "stream": stream},
+            {"subscribe": f"durable pull consumer {GROUP}, explicit ack, ack_wait {ACK_WAIT_S} s"}
+            if cfg.sub_via == "subscribe" else {"assign": "stream get-message by sequence from the client's position"})
 
 
 def stream_name(k: int) -> str:
@@ -118,10 +144,23 @@ class _Loop:
             raise TimeoutError(f"no answer within {timeout:.1f} s") from None
 
     def stop(self) -> None:
+        # Cancel what the connection left running (a subscription's reader) while the loop
+        # still runs: a task destroyed pending on a closed loop prints a traceback.
+        try:
+            self.run(_cancel_others(), timeout=2.0)
+        except BaseException:  # noqa: BLE001 - stopping never raises
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=2.0)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+async def _cancel_others() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class JetStreamClient(QueueClient):
@@ -197,7 +236,32 @@ class JetStreamClient(QueueClient):
             self.subscribed = False
         # Positions live in this client: assigning asks nothing of the server.
         self.assigned = keys
-        return complete(op, OK, op.value)
+        done = complete(op, OK, op.value)
+        if op.get("final"):
+            assert self._loop is not None
+            ends = {str(k): None for k in keys}
+            try:
+                ends.update(self._loop.run(self._ends(keys), timeout=ENDS_TIMEOUT + 1.0))
+            except TimeoutError as e:
+                log.info("ends: %s", e)
+            done.extra["ends"] = ends
+        return done
+
+    async def _ends(self, keys: list[int]) -> dict[str, int | None]:
+        """Each key's end of the log (see the module docstring); None where unknown."""
+
+        async def end(k: int) -> int | None:
+            try:
+                info = await self._js.stream_info(stream_name(k))
+            except nats.js.errors.NotFoundError:
+                return FIRST_SEQ
+            except Exception as e:  # noqa: BLE001 - an unanswered end stays unknown
+                log.info("end of %s: %s", stream_name(k), _err_text(e))
+                return None
+            return max(FIRST_SEQ, info.state.last_seq + 1)
+
+        got = await asyncio.wait_for(asyncio.gather(*(end(k) for k in keys)), ENDS_TIMEOUT)
+        return {str(k): e for k, e in zip(keys, got, strict=True)}
 
     async def _unsubscribe(self) -> None:
         subs, self._subs = self._subs, {}
@@ -261,7 +325,10 @@ class JetStreamClient(QueueClient):
                 await msg.ack()
             except Exception as e:  # noqa: BLE001 - unacked: delivered again, a read twice at worst
                 log.info("ack: %s", _err_text(e))
-        return complete(op, OK, value)
+        done = complete(op, OK, value)
+        if op.get("final") and not self.subscribed:
+            done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned}
+        return done
 
     async def _publish(self, k: int, v: Any) -> int | tuple[str, str]:
         """The stored message's sequence, or (fail|info, why) when no PubAck came."""

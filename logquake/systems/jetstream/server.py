@@ -46,7 +46,10 @@ __all__ = [
     "MONITOR_PORT",
     "MAX_REPLICAS",
     "PINNED_VERSION",
+    "client_urls",
     "find_binary",
+    "monitor_json",
+    "node_not_ready",
     "parse_settings",
     "render_config",
     "server_config",
@@ -241,7 +244,7 @@ class JetStreamLifecycle(PidSignals):
 
     def bootstrap(self) -> str:
         """How clients reach the cluster: every node's client URL, comma-separated."""
-        return ",".join(f"nats://{s.address}:{s.client_port}" for s in self.specs)
+        return client_urls(self.specs)
 
     def logs(self, node: str) -> list[str]:
         s = self.spec(node)
@@ -303,27 +306,11 @@ class JetStreamLifecycle(PidSignals):
     def monitoring(self, node: str, path: str) -> dict[str, Any]:
         """What the node's monitoring port answers at `path` ("jsz?streams=true", "healthz", ...)."""
         s = self.spec(node)
-        return _get_json(f"http://{s.address}:{self.monitor_port(node)}/{path}")
+        return monitor_json(f"http://{s.address}:{self.monitor_port(node)}/{path}")
 
     def not_ready(self, node: str) -> str | None:
-        """Why `node` is not ready yet, or None when it is.
-
-        Ready means: the server answers on its monitoring port, has a route to every other
-        node, and knows the JetStream meta leader, and /healthz (which checks that
-        JetStream's meta group is current on this server) says ok. Before that, a stream
-        create or a publish would wait or fail for reasons that are not the test's faults.
-        """
-        try:
-            routes, jsz, health = (self.monitoring(node, p) for p in ("routez", "jsz", "healthz"))
-        except (OSError, ValueError) as e:
-            return f"monitoring port not answering ({e})"
-        if (missing := _unrouted(routes, [o.name for o in self.specs if o.name != node])) is not None:
-            return missing
-        if len(self.specs) > 1 and not (jsz.get("meta_cluster") or {}).get("leader"):
-            return "no JetStream meta leader"
-        if health.get("status") != "ok":
-            return f"healthz: {health.get('error') or health}"
-        return None
+        """Why `node` is not ready yet, or None when it is (see `node_not_ready`)."""
+        return node_not_ready(self.spec(node), self.specs, monitor_port=self.monitor_port(node))
 
     def wait_ready(self, *, timeout: float = 60.0) -> None:
         """Wait until every node is ready (see not_ready); HostError naming the nodes that are not."""
@@ -338,6 +325,28 @@ class JetStreamLifecycle(PidSignals):
                 raise HostError(",".join(reasons), "wait_ready", -1,
                                 f"not ready after {timeout:.0f} s: {detail}" + (f" (not running: {down})" if down else ""))
             time.sleep(0.1)
+
+
+def node_not_ready(spec: NodeSpec, specs: Sequence[NodeSpec], *, monitor_port: int = MONITOR_PORT) -> str | None:
+    """Why the server of `spec` is not ready yet, or None when it is.
+
+    Ready means: the server answers on its monitoring port, has a route to every other
+    node, and knows the JetStream meta leader, and /healthz (which checks that
+    JetStream's meta group is current on this server) says ok. Before that, a stream
+    create or a publish would wait or fail for reasons that are not the test's faults.
+    """
+    base = f"http://{spec.address}:{monitor_port}"
+    try:
+        routes, jsz, health = (monitor_json(f"{base}/{p}") for p in ("routez", "jsz", "healthz"))
+    except (OSError, ValueError) as e:
+        return f"monitoring port not answering ({e})"
+    if (missing := _unrouted(routes, [o.name for o in specs if o.name != spec.name])) is not None:
+        return missing
+    if len(specs) > 1 and not (jsz.get("meta_cluster") or {}).get("leader"):
+        return "no JetStream meta leader"
+    if health.get("status") != "ok":
+        return f"healthz: {health.get('error') or health}"
+    return None
 
 
 def _unrouted(routez: Mapping[str, Any], others: Sequence[str]) -> str | None:
@@ -358,7 +367,12 @@ def _unrouted(routez: Mapping[str, Any], others: Sequence[str]) -> str | None:
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _get_json(url: str) -> dict[str, Any]:
+def client_urls(specs: Sequence[NodeSpec]) -> str:
+    """How clients reach the cluster: every node's client URL, comma-separated."""
+    return ",".join(f"nats://{s.address}:{s.client_port}" for s in specs)
+
+
+def monitor_json(url: str) -> dict[str, Any]:
     """GET a monitoring endpoint; /healthz answers 503 with a JSON body when unhealthy."""
     try:
         with _DIRECT.open(url, timeout=2.0) as r:

@@ -1,0 +1,109 @@
+"""NATS JetStream as a `System` (DESIGN.md §11): nats-server on every node, nats-py as its client.
+
+What a test may not ask of it is refused at config load, by the record's fields: one
+partition per key (a key is a stream of one subject), no transactions (JetStream's atomic
+batches are not driven yet), the queue workload only, and no clock faults: nats-server is a
+statically linked Go binary, so libfaketime's LD_PRELOAD never loads into it and its clock
+reads bypass libc.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from logquake.systems.base import NodeSetup, NodeSpec, System
+from logquake.systems.jetstream.server import (
+    CLIENT_PORT,
+    CLUSTER_PORT,
+    MONITOR_PORT,
+    JetStreamLifecycle,
+    JetStreamSettings,
+    client_urls,
+    monitor_json,
+    node_not_ready,
+    parse_settings,
+)
+
+if TYPE_CHECKING:
+    from logquake.config import TestConfig
+
+__all__ = ["JETSTREAM", "settings"]
+
+NO_FAKETIME = "nats-server is a static Go binary, which libfaketime cannot reach"
+
+
+def settings(cfg: TestConfig) -> JetStreamSettings:
+    """The test's `jetstream:` mapping, checked (ConfigError naming `jetstream.<key>`)."""
+    return parse_settings(cfg.jetstream or None, nodes=cfg.nodes)
+
+
+def replicas(cfg: TestConfig) -> int:
+    """Each stream's replicas: `jetstream.replicas`, else the test's replication_factor."""
+    return settings(cfg).replicas or min(cfg.replication_factor, cfg.nodes)
+
+
+def _make_lifecycle(setup: NodeSetup) -> JetStreamLifecycle:
+    return JetStreamLifecycle(hosts=setup.hosts, specs=setup.specs, settings=settings(setup.cfg),
+                              python=setup.python, faketime=setup.needs.faketime, lazyfs=setup.needs.lazyfs)
+
+
+def _bootstrap(specs: Sequence[NodeSpec], cfg: TestConfig) -> str:
+    return client_urls(specs)
+
+
+def _not_ready(bootstrap: str, specs: Sequence[NodeSpec]) -> list[str]:
+    return [s.name for s in specs if node_not_ready(s, specs) is not None]
+
+
+def _leaders(bootstrap: str, names: Mapping[int, str], timeout: float) -> dict[str, str]:
+    """{"<stream>/0": node} from the servers' /jsz; {} where none answers in time.
+
+    Each server reports the streams it holds a replica of, with their Raft group's leader
+    (named by server name, which is the node's name).
+    """
+    known, out = set(names.values()), {}
+    deadline = time.monotonic() + timeout
+    for url in bootstrap.split(","):
+        if time.monotonic() > deadline:
+            break
+        host = urlsplit(url).hostname
+        with contextlib.suppress(OSError, ValueError):
+            jsz = monitor_json(f"http://{host}:{MONITOR_PORT}/jsz?accounts=true&streams=true")
+            for acc in jsz.get("account_details") or []:
+                for st in acc.get("stream_detail") or []:
+                    leader = (st.get("cluster") or {}).get("leader")
+                    if leader in known:
+                        out[f"{st['name']}/0"] = leader
+    return out
+
+
+def _check_config(cfg: TestConfig) -> None:
+    settings(cfg)
+
+
+def _describe(cfg: TestConfig) -> dict[str, Any]:
+    return {**settings(cfg).describe(), "stream_replicas": replicas(cfg)}
+
+
+JETSTREAM = System(
+    name="jetstream",
+    description="NATS JetStream: nats-server with routes and file storage on every node (Raft per stream)",
+    features=frozenset({"dedup", "consumer-groups"}),
+    clients=("nats-py",),
+    workloads=("queue",),
+    make_lifecycle=_make_lifecycle,
+    bootstrap=_bootstrap,
+    not_ready=_not_ready,
+    leaders=_leaders,
+    client_port=CLIENT_PORT,
+    peer_port=CLUSTER_PORT,
+    max_partitions=1,
+    unmet_needs={"faketime": NO_FAKETIME},
+    settings_key="jetstream",
+    check_config=_check_config,
+    describe=_describe,
+)

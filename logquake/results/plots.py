@@ -223,7 +223,7 @@ def lost_figure(d: Digest, checker_points: Any = None) -> Figure:
     y = [0, *n, total]
     fig = _figure([{"type": "scatter", "x": x, "y": y, "mode": "lines", "line": {"shape": "hv", "color": "#c92a2a"},
                     "name": "lost", "hovertemplate": "acknowledged by %{x:.3f} s: %{y} lost<extra></extra>"}],
-                  f"Acknowledged values missing from the final read, by time acknowledged (in all: {total:,})",
+                  f"Lost values by time acknowledged (in all: {total:,})",
                   "values")
     _shade(fig, d)
     return fig

@@ -237,7 +237,7 @@ def _validate_value(key: str, value: Any) -> Any:
     raise ConfigError(key, "unknown key")  # pragma: no cover - guarded by _check_key
 
 
-# The node config keys the harness fills in for each broker (cluster/lifecycle.py): stand-ins
+# The node config keys the harness fills in for each broker (systems/kafka.py): stand-ins
 # for them, so the user's `broker:` settings are checked before any broker starts.
 _NODE_STANDINS = {"node_id": 1, "data_dir": "/logquake/data", "log_file": "/logquake/broker.log",
                   "nodes": [{"node_id": 1, "host": "127.0.0.1", "kafka_port": 1, "raft_port": 2}]}

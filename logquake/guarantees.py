@@ -1,4 +1,4 @@
-"""Delivery guarantees (DESIGN.md §6): one record per promise, read by everything that judges one.
+"""Delivery guarantees (docs/architecture.md): one record per promise, read by everything that judges one.
 
 A guarantee fixes both sides of a promise: the client settings meant to give it (producer
 acks/retries/idempotence/transactions, consumer isolation, when offsets are committed

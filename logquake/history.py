@@ -1,4 +1,4 @@
-"""The history: the contract between a run and its analysis (DESIGN.md §7).
+"""The history: the contract between a run and its analysis (README.md's History format).
 
 A history is a sequence of `Op`s in completion order, stored as JSON Lines
 (`history.jsonl`). This module alone reads and writes that file:

@@ -1,4 +1,4 @@
-"""Import of Jepsen histories: `history.edn` and the `jepsen.log` op lines (DESIGN.md §7).
+"""Import of Jepsen histories: `history.edn` and the `jepsen.log` op lines (README.md's History format).
 
 Both become `logquake.history.Op` values, so every analysis runs on them unchanged:
 

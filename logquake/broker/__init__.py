@@ -1,4 +1,4 @@
-"""The system under test: a Kafka-wire-compatible replicated log (DESIGN.md §3).
+"""The system under test: a Kafka-wire-compatible replicated log (docs/architecture.md).
 
 Layout: apis.py (the table of APIs served: versions, schemas, handlers), kerrors.py (error
 codes), codec.py (wire), records.py (record batch headers), server.py (Kafka listener),

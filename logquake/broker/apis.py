@@ -1,6 +1,6 @@
 """The Kafka APIs this broker serves: the one table of what each API key means here.
 
-For every API key `APIS` holds the version range advertised by ApiVersions (DESIGN.md §3's
+For every API key `APIS` holds the version range advertised by ApiVersions (docs/architecture.md
 ranges, one contiguous range per API), kafka-python's request and response schemas, and the
 handler that answers it. The codec decodes only what the table lists, ApiVersions and the
 too-new-ApiVersions error answer list exactly its ranges, and a node dispatches each request
@@ -150,7 +150,7 @@ APIS: dict[int, Api] = {
     # Transactional ids go to their coordinator, the others to the core (idempotent producers).
     ApiKey.INIT_PRODUCER_ID: Api(min_version=0, max_version=4, request=InitProducerIdRequest,
                                  response=InitProducerIdResponse, handler=lambda s: s.txn.init_producer_id),
-    # Not in DESIGN §3's list, but kafka-python consumers (KIP-320) stall after a leader change
+    # Not one a client must have, but kafka-python consumers (KIP-320) stall after a leader change
     # without it; 2-4 is the range of the upstream schema.
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(min_version=2, max_version=4, request=OffsetForLeaderEpochRequest,
                                         response=OffsetForLeaderEpochResponse,
@@ -162,7 +162,7 @@ APIS: dict[int, Api] = {
                                    response=AddOffsetsToTxnResponse, handler=lambda s: s.txn.add_offsets_to_txn),
     ApiKey.END_TXN: Api(min_version=0, max_version=3, request=EndTxnRequest, response=EndTxnResponse,
                         handler=lambda s: s.txn.end_txn),
-    # Broker to broker only (the transaction coordinator's markers), hence not in DESIGN §3.
+    # Broker to broker only: the transaction coordinator's markers to the partitions' leaders.
     ApiKey.WRITE_TXN_MARKERS: Api(min_version=1, max_version=1, request=WriteTxnMarkersRequest,
                                   response=WriteTxnMarkersResponse, handler=lambda s: s.txn.write_txn_markers),
     ApiKey.TXN_OFFSET_COMMIT: Api(min_version=0, max_version=3, request=TxnOffsetCommitRequest,

@@ -1,4 +1,4 @@
-"""History analyses (DESIGN.md §8).
+"""History analyses (docs/architecture.md's anomaly types).
 
 `check_history(ops, opts)` runs the queue analysis (Jepsen's Kafka checker) and returns
 the results.json object; `CheckOptions` says which anomalies the test tolerates.

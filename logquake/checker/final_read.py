@@ -5,7 +5,7 @@ values after they were read (or loses its tail once the workload stops writing) 
 nothing to it. Jepsen's checkers for queue-like systems (its NATS test) judge instead what
 a final read returns; this module does that for logquake histories.
 
-The final read is the drain's: ops marked `"final": true` (DESIGN.md §7). Each process that
+The final read is the drain's: ops marked `"final": true` (README.md's History format). Each process that
 drains assigns every key from the beginning (an ok final `assign`, whose `ends` field gives
 each key's end of the log as the system reported it: the high watermark, or the last
 stable offset under read_committed) and then polls (ok final `poll`s, whose `positions`

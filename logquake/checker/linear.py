@@ -400,7 +400,7 @@ def check_linearizable(
     time_budget: float = DEFAULT_TIME_BUDGET,
     max_cache: int | None = None,
 ) -> dict[str, Any]:
-    """Check a history against `model`; the results.json object of DESIGN.md §8.
+    """Check a history against `model`; the results.json object of docs/architecture.md's anomaly types.
 
     `valid` is False when some key is not linearizable, else "unknown" when some key ran out
     of budget (or the history has no client ops), else True. Under "linear": the model, per-key

@@ -3,7 +3,7 @@
 Jepsen's Kafka checker reports many anomalies that are normal in Kafka's model (writes
 are not isolated, so G0 cycles are expected); `allowed_types` says which ones a given
 test tolerates, so that `valid` means something. What each guarantee and test setting allows
-is logquake.guarantees' (DESIGN.md §8 and §6); this module names the queue's anomaly types.
+is logquake.guarantees' (docs/architecture.md's anomaly types); this module names the queue's anomaly types.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class CheckOptions:
         ww_deps: infer write-write edges from log order. Kafka does not isolate writes, so
             with them G1c cycles are normal; without them a G1c is an anomaly.
         ignore: anomaly types still reported but never bad (e.g. `("unseen",)`).
-        guarantee: a delivery guarantee profile (DESIGN.md §6) that widens what is allowed:
+        guarantee: a delivery guarantee profile (docs/architecture.md) that widens what is allowed:
             at-most-once allows loss, at-least-once allows duplicates; idempotent and
             exactly-once allow neither.
         time_budget: seconds the cycle search may take before it gives up (`unknown`).

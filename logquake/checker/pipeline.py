@@ -1,6 +1,6 @@
 """The `pipeline` analysis: how often each input value was processed into the output.
 
-History shape (DESIGN.md §6 `pipeline`): acknowledged input values are `send` micro-ops
+History shape (docs/architecture.md `pipeline`): acknowledged input values are `send` micro-ops
 (`["send", k, [offset, v]]`) of ops with `f` = `input`; the final read of the output topics
 is `poll` micro-ops by read_committed consumers whose records carry the input they came from,
 `[offset, [k_in, v_in]]`. Worker ops (`f` = `process`) record what each worker consumed,

@@ -46,7 +46,7 @@ from logquake.history import Op
 
 
 def check_history(ops: Iterable[Op], opts: CheckOptions | None = None) -> dict[str, Any]:
-    """Analyse a queue history; the results.json object of DESIGN.md §8."""
+    """Analyse a queue history; the results.json object of docs/architecture.md's anomaly types."""
     opts = opts or CheckOptions()
     # The analyses allocate millions of small containers while the history keeps millions
     # more alive; the cyclic GC would rescan them all again and again (it tripled the time).

@@ -1,4 +1,4 @@
-"""The results object (DESIGN.md §8) and the rules that combine analyses into it.
+"""The results object (docs/architecture.md's anomaly types) and the rules that combine analyses into it.
 
 `valid` is tri-state, as in Jepsen: True, False or "unknown", merged false > unknown >
 true. An analysis that raises does not sink the others: it becomes unknown, with its

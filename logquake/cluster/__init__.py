@@ -1,4 +1,4 @@
-"""Hosts (lab, docker, ssh, external) and clusters of a system's nodes on them (DESIGN.md §4, §11).
+"""Hosts (lab, docker, ssh, external) and clusters of a system's nodes on them (docs/architecture.md).
 
 Layout: host.py is the `Host` protocol (how a node is reached); cluster.py the `Cluster`
 protocol and `NodeCluster`; backends.py the backend registry and `open_cluster`; lab.py,

@@ -1,4 +1,4 @@
-"""Faults and their schedule (DESIGN.md §5).
+"""Faults and their schedule (docs/architecture.md).
 
 Pure decisions (grudges, targets, the flip-flop schedule) are separate from acting on nodes
 (net.py's iptables chains, faults.py through the Host protocol and the system's node lifecycle).

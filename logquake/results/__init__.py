@@ -1,4 +1,4 @@
-"""Run store, HTML report, junit, web server (DESIGN.md §9).
+"""Run store, HTML report, junit, web server (docs/architecture.md).
 
 The report and server names load lazily (PEP 562): they pull in plotly and jinja2, which
 commands that only touch the run store should not pay for at start-up.

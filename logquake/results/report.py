@@ -1,4 +1,4 @@
-"""The self-contained HTML report of a run directory (DESIGN.md §9).
+"""The self-contained HTML report of a run directory (docs/architecture.md).
 
 `write_report(run_dir)` reads test.json, results.json and history.jsonl (through
 `read_history`, once, streaming) and writes report.html: one file with plotly's JavaScript
@@ -42,7 +42,7 @@ MAX_KEY_LOGS = 12
 TIMELINE_OPS = 1500
 OP_REF_FIELDS = frozenset({"op", "ops", "writer", "writers", "reader", "readers", "cycle", "op-index"})
 
-# Plain-words meanings (DESIGN.md §8, Jepsen's names); types not listed show their name only.
+# Plain-words meanings (docs/architecture.md's anomaly types, Jepsen's names); types not listed show their name only.
 MEANINGS = {
     "inconsistent-offsets": "One offset of a key holds two different values: replicas disagree about the log.",
     "duplicate": "One value appears at more than one offset of a key: a send was appended twice.",
@@ -108,7 +108,7 @@ def load_run(run_dir: Path) -> RunFiles:
     if not (run_dir / "history.jsonl").is_file():
         raise UserError(
             f"{run_dir} has no history.jsonl: it is not a run directory, or the run stopped before recording",
-            hint="a run directory holds test.json, history.jsonl and results.json (DESIGN.md §9)",
+            hint="a run directory holds test.json, history.jsonl and results.json (docs/architecture.md)",
         )
     test = _read_json(run_dir / "test.json") if (run_dir / "test.json").is_file() else {}
     results = _read_json(run_dir / "results.json") if (run_dir / "results.json").is_file() else None

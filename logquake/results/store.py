@@ -1,4 +1,4 @@
-"""The run directory (DESIGN.md §9): create it, write its files, point results/latest at it.
+"""The run directory (docs/architecture.md): create it, write its files, point results/latest at it.
 
     results/<test name>/<start time>/
         test.json       the resolved config, the seed, client settings (config.save_config)

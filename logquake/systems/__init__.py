@@ -1,4 +1,4 @@
-"""Systems under test behind one seam (DESIGN.md §11): `System`, `NodeLifecycle`, `NodeNeeds`.
+"""Systems under test behind one seam (docs/architecture.md): `System`, `NodeLifecycle`, `NodeNeeds`.
 
 Only the seam is imported here; each system's module (kafka.py, ...) loads on `get_system`.
 """

@@ -1,4 +1,4 @@
-"""The system seam: what a system under test provides, as Jepsen's DB protocols do (DESIGN.md §11).
+"""The system seam: what a system under test provides, as Jepsen's DB protocols do (docs/architecture.md).
 
 A `System` is a frozen record: its features, the client adapters and workloads it offers, a
 factory for its `NodeLifecycle` on given hosts, what "ready" means and how clients reach it.

@@ -1,4 +1,4 @@
-"""Generators and Kafka client adapters (DESIGN.md §6).
+"""Generators and Kafka client adapters (docs/architecture.md).
 
 `QueueGenerator` (pure) decides what each worker does; a `Client` (confluent-kafka or
 kafka-python adapter) does it; `make_generator` / `make_client` build both from a TestConfig.

@@ -2,7 +2,7 @@
 
 Client settings live in `producer_config` / `consumer_config` only; errors are classified
 in `_FAIL` only: a code is listed there when librdkafka guarantees the records were not
-written (or a transaction was aborted). Everything unlisted is `info` (DESIGN.md §6: a
+written (or a transaction was aborted). Everything unlisted is `info` (docs/architecture.md: a
 wrong `fail` creates false aborted reads).
 """
 

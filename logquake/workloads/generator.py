@@ -11,7 +11,7 @@ Keys rotate as in Elle's list-append generator: `active_keys` keys are live at a
 with a random write budget of 1..`max_writes_per_key`; a key whose budget is spent is
 retired and replaced by a fresh one (the next integer). Values are unique per key: 1, 2, 3...
 
-Ops (DESIGN.md §6): `send` / `poll` (one micro-op each), `txn` (1-4 micro-ops with
+Ops (docs/architecture.md): `send` / `poll` (one micro-op each), `txn` (1-4 micro-ops with
 `txn=True`), `assign` / `subscribe` (about 1 op in 64, and first for every fresh client),
 `crash` (the worker drops its client and opens a fresh one). With `txn=True`, a share
 (`abort_fraction`, 10 %) of the transactions that send are marked `abort` (op extra): the
@@ -39,7 +39,7 @@ from typing import Any
 from logquake.history import INVOKE, OK, Op
 
 MAIN, DRAIN = "main", "drain"
-#: The extra field that marks the drain's ops: the final read (DESIGN.md §7).
+#: The extra field that marks the drain's ops: the final read (README.md's History format).
 FINAL = "final"
 
 REASSIGN_ONE_IN = 64
@@ -76,7 +76,7 @@ class _Worker:
 
 
 def micro_f(value: list[list[Any]]) -> str:
-    """`send` or `poll` when every micro-op is of that kind, else `txn` (DESIGN.md §7)."""
+    """`send` or `poll` when every micro-op is of that kind, else `txn` (README.md's History format)."""
     kinds = {m[0] for m in value}
     return kinds.pop() if len(kinds) == 1 else "txn"
 

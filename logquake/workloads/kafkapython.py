@@ -2,7 +2,7 @@
 
 Client settings live in `producer_config` / `consumer_config` only; errors are classified
 in `_FAIL` only: an exception class is listed when kafka-python guarantees the records were
-not written. Everything unlisted is `info` (DESIGN.md §6).
+not written. Everything unlisted is `info` (docs/architecture.md).
 """
 
 from __future__ import annotations

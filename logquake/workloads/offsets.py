@@ -1,4 +1,4 @@
-"""The `offsets` workload: consumer-group committed offsets as registers (DESIGN.md §6).
+"""The `offsets` workload: consumer-group committed offsets as registers (docs/architecture.md).
 
 Each key is one (group, topic-partition): key k is partition `k % partitions` of topic
 `lq-offsets`, committed by group `lq-offsets-<k // partitions>`. A `write` commits an

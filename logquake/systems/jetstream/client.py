@@ -43,7 +43,7 @@ How the queue's words map onto JetStream:
 
 nats-py is asyncio and the runner's workers are threads: each client runs its own event
 loop on a thread of its own, and `invoke` hands an op to it and waits for the completion.
-Errors are classified in `_FAIL` only (everything unlisted is info, DESIGN.md §6).
+Errors are classified in `_FAIL` only (everything unlisted is info, docs/architecture.md).
 """
 
 from __future__ import annotations

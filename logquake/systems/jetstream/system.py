@@ -1,4 +1,4 @@
-"""NATS JetStream as a `System` (DESIGN.md §11): nats-server on every node, nats-py as its client.
+"""NATS JetStream as a `System` (docs/architecture.md): nats-server on every node, nats-py as its client.
 
 What a test may not ask of it is refused at config load, by the record's fields: one
 partition per key (a key is a stream of one subject), no transactions (JetStream's atomic

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,15 @@ def local_lifecycle(base: Path, *, n: int = 3, settings: JetStreamSettings | Non
                               python=sys.executable, lazyfs=lazyfs)
 
 
+def wait_ready(lc: JetStreamLifecycle, *, timeout: float = 30.0) -> None:
+    """Until every node is ready (the lifecycle's not_ready), as a cluster's wait_ready does
+    through the system record; these tests drive a lifecycle with no cluster around it."""
+    deadline = time.monotonic() + timeout
+    while reasons := {s.name: r for s in lc.specs if (r := lc.not_ready(s.name)) is not None}:
+        assert time.monotonic() < deadline, f"not ready after {timeout:.0f} s: {reasons}"
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def running(lc: JetStreamLifecycle, *, timeout: float = 30.0) -> Iterator[JetStreamLifecycle]:
     """Every node installed, started and ready; every server killed on the way out."""
@@ -33,7 +43,7 @@ def running(lc: JetStreamLifecycle, *, timeout: float = 30.0) -> Iterator[JetStr
         for s in lc.specs:
             lc.install(s.name)
             lc.start(s.name)
-        lc.wait_ready(timeout=timeout)
+        wait_ready(lc, timeout=timeout)
         yield lc
     finally:
         for s in lc.specs:

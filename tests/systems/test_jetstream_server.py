@@ -23,7 +23,7 @@ from logquake.systems.jetstream.server import (
     server_version,
 )
 
-from .jskit import local_lifecycle, running
+from .jskit import local_lifecycle, running, wait_ready
 
 
 @pytest.mark.parametrize(("raw", "key"), [
@@ -111,7 +111,7 @@ def test_three_nodes_come_up_ready_and_sync_always_reaches_the_server(tmp_path):
         assert not lc.is_up("n3") and lc.not_ready("n3") is not None
         lc.wipe("n3")
         lc.start("n3")
-        lc.wait_ready(timeout=30)
+        wait_ready(lc, timeout=30)
 
 
 @pytest.mark.skipif(not fuse_usable(), reason="LazyFS needs a usable /dev/fuse")
@@ -128,7 +128,7 @@ def test_a_power_loss_reaches_the_store_and_sync_always_keeps_acked_messages(tmp
         lc.kill("n1")
         lc.drop_unsynced("n1")
         lc.start("n1")
-        lc.wait_ready(timeout=20)
+        wait_ready(lc, timeout=20)
         c = JetStreamClient(replicas=1, op_timeout=4.0)
         c.open(lc.bootstrap())
         try:

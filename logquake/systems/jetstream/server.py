@@ -24,7 +24,6 @@ import os
 import re
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -34,7 +33,7 @@ from typing import Any
 
 from logquake.cluster import shims
 from logquake.cluster.host import Host, run_checked, wait_dead
-from logquake.errors import ConfigError, HostError, MissingPrerequisite
+from logquake.errors import ConfigError, MissingPrerequisite
 from logquake.systems.base import NodeSpec
 from logquake.systems.kafka import PidSignals
 
@@ -312,19 +311,6 @@ class JetStreamLifecycle(PidSignals):
         """Why `node` is not ready yet, or None when it is (see `node_not_ready`)."""
         return node_not_ready(self.spec(node), self.specs, monitor_port=self.monitor_port(node))
 
-    def wait_ready(self, *, timeout: float = 60.0) -> None:
-        """Wait until every node is ready (see not_ready); HostError naming the nodes that are not."""
-        deadline = time.monotonic() + timeout
-        while True:
-            reasons = {s.name: r for s in self.specs if (r := self.not_ready(s.name)) is not None}
-            if not reasons:
-                return
-            if time.monotonic() > deadline:
-                down = [n for n in reasons if not self.is_up(n)]
-                detail = "; ".join(f"{n}: {r}" for n, r in reasons.items())
-                raise HostError(",".join(reasons), "wait_ready", -1,
-                                f"not ready after {timeout:.0f} s: {detail}" + (f" (not running: {down})" if down else ""))
-            time.sleep(0.1)
 
 
 def node_not_ready(spec: NodeSpec, specs: Sequence[NodeSpec], *, monitor_port: int = MONITOR_PORT) -> str | None:

@@ -1,9 +1,10 @@
 """The node's loop asks only the groups given input since its last turn (and all of them after
 a tick): a write must still be answered at once, not at the next tick.
 
-With two-second ticks, a proposal or an advance that the loop failed to notice would wait for
-the next tick's full scan: each acks=all write would then take ~1-2 s instead of a few ms, so
-the bound below is ~50x what the writes take and a fraction of what the bug costs.
+With ten-second ticks, a proposal or an advance that the loop failed to notice would wait for
+the next tick's full scan: each acks=all write would then take ~5 s on average instead of a few
+ms, so the bound below is hundreds of times what the writes take on a loaded machine and under
+half of what the bug costs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from logquake.broker.logstats import stats_lines
 
 
 def test_writes_are_answered_between_ticks(tmp_path) -> None:
-    with LocalCluster(n=1, base_dir=tmp_path, broker_overrides={"tick_ms": 2000}) as c:
+    with LocalCluster(n=1, base_dir=tmp_path, broker_overrides={"tick_ms": 10_000}) as c:
         c.wait_ready(timeout=60)
         c.create_topic("t", partitions=1, replication_factor=1)
         p = KafkaProducer(bootstrap_servers=c.bootstrap_servers, acks="all", linger_ms=0)
@@ -29,7 +30,7 @@ def test_writes_are_answered_between_ticks(tmp_path) -> None:
         finally:
             p.close(timeout=5)
     assert offsets == list(range(1, 21))
-    assert took < 10.0, f"20 sequential acks=all writes took {took:.1f} s with 2 s ticks"
+    assert took < 45.0, f"20 sequential acks=all writes took {took:.1f} s with 10 s ticks"
 
 
 def _stats_totals(c: LocalCluster, keys: tuple[str, ...], timeout: float = 12.0) -> dict[str, int]:

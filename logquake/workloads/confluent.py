@@ -23,7 +23,8 @@ from confluent_kafka import (
 )
 
 from logquake.history import FAIL, INFO, OK, Op
-from logquake.workloads.client import QueueClient, TxnIds, add_polled, complete, seek_back
+from logquake.workloads.client import TxnIds, add_polled, complete, seek_back
+from logquake.workloads.kafka_adapter import KafkaAdapter
 
 log = logging.getLogger("logquake.client.confluent")
 
@@ -142,46 +143,29 @@ def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any
     return conf
 
 
-class ConfluentClient(QueueClient):
+class ConfluentClient(KafkaAdapter):
     """One producer and one consumer; see the module docstring."""
 
     txn_ids = TXN_IDS
+    local_errors = (KafkaException,)
 
     _producer: Producer | None
     _consumer: Consumer | None
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def open(self, bootstrap_servers: str) -> None:
-        self._bootstrap = bootstrap_servers
-        self._known_topics: set[str] = set()  # whose metadata the consumer has (see _learn_topics)
-        if self.txn and self._txn_id is None:
-            self._txn_id = self.txn_ids.acquire()
-        self._producer = self._new_producer()
-        self._consumer = Consumer(
-            consumer_config(bootstrap_servers, txn=self.txn, sub_via=self.sub_via), logger=log
-        )
-
     def _new_producer(self) -> Producer:
         conf = producer_config(self._bootstrap, txn=self.txn, producer=self.producer_settings,
                                txn_id=self._txn_id)
         return Producer(conf, logger=log)
 
-    def _reopen_producer(self) -> None:
-        """After a fatal error or a commit/abort of unknown outcome: a new producer under the
-        same transactional id, fenced in at once (see client.TxnIds)."""
-        old, self._producer = self._producer, None
-        if old is not None:
-            try:
-                old.purge()
-                old.flush(0)
-            except Exception:  # noqa: BLE001 - the old producer is abandoned anyway
-                pass
-        self._txn_ready = False
-        self._replaced = True
-        self._producer = self._new_producer()
-        if self.txn:
-            self._txn_ready = self._fence(self._producer)
+    def _new_consumer(self) -> Consumer:
+        self._known_topics: set[str] = set()  # whose metadata the consumer has (see _learn_topics)
+        return Consumer(consumer_config(self._bootstrap, txn=self.txn, sub_via=self.sub_via), logger=log)
+
+    def _discard_producer(self, producer: Producer) -> None:
+        producer.purge()
+        producer.flush(0)
 
     def _fence(self, producer: Producer) -> bool:
         """init_transactions: fences the id's previous producer and ends its open transaction.
@@ -193,41 +177,23 @@ class ConfluentClient(QueueClient):
             log.info("init_transactions of %s failed: %s", self._txn_id, _err_text(e))
             return False
 
-    def close(self) -> None:
-        p, c, self._producer, self._consumer = self._producer, self._consumer, None, None
-        if p is not None and self.txn and self._replaced and not self._txn_ready:
-            # A replaced producer's transaction may still be open: end it now rather than
-            # at the coordinator's timeout (the drain reads past it).
-            self._fence(p)
-        self.abandon()  # the id is lent out again at once
+    def _close_clients(self, producer: Producer | None, consumer: Consumer | None) -> None:
         try:
-            if p is not None:
-                p.flush(1.0)
+            if producer is not None:
+                producer.flush(1.0)
         except Exception:  # noqa: BLE001 - close never raises
             pass
         try:
-            if c is not None:
-                c.close()
+            if consumer is not None:
+                consumer.close()
         except Exception:  # noqa: BLE001
             pass
 
     # -- ops --------------------------------------------------------------------------
 
-    def _assign(self, op: Op) -> Op:
-        keys = list(op.value)
-        if op.get("seek_to_beginning"):
-            for k in keys:
-                self.position[k] = START_OFFSET
-        self.assigned = keys
-        try:
-            self._apply_assignment()
-        except KafkaException as e:
-            # Assignment is local to this consumer: nothing in the log changed.
-            return complete(op, FAIL, op.value, error=_err_text(e))
-        done = complete(op, OK, op.value)
-        if op.get("final"):
-            done.extra["ends"] = self._ends(keys)
-        return done
+    def _rewind(self, keys: list[int]) -> None:
+        for k in keys:
+            self.position[k] = START_OFFSET
 
     def _ends(self, keys: list[int]) -> dict[str, int | None]:
         """Each key's end of the log for the final read: the high watermark, or the last
@@ -310,38 +276,7 @@ class ConfluentClient(QueueClient):
         while self._consumer.assignment() and time.monotonic() < deadline:
             self._consumer.poll(0.05)
 
-    def _subscribe(self, op: Op) -> Op:
-        assert self._consumer is not None
-        topics = sorted({self.keymap.topic_partition(k)[0] for k in op.value})
-        try:
-            self._consumer.subscribe(topics)
-        except KafkaException as e:
-            # Subscribing only changes this consumer's interest; nothing in the log changed.
-            return complete(op, FAIL, op.value, error=_err_text(e))
-        self.assigned = list(op.value)
-        self.subscribed = True
-        return complete(op, OK, op.value)
-
-    def _plain(self, op: Op) -> Op:
-        """send or poll ops outside transactions, one micro-op at a time."""
-        value = [list(m) for m in op.value]
-        for i, m in enumerate(value):
-            if m[0] == "send":
-                err = self._send_one(value, i)
-                if err is not None:
-                    return complete(op, classify(err if isinstance(err, KafkaError) else None), value,
-                                    error=_err_text(err))
-            else:
-                err = self._poll_one(value, i)
-                if err is not None:
-                    self._seek_back(value)
-                    return complete(op, INFO, value, error=_err_text(err))
-        done = complete(op, OK, value)
-        if op.get("final"):
-            done.extra["positions"] = self._positions()
-        return done
-
-    def _send_one(self, value: list[list[Any]], i: int) -> Any:
+    def _send_and_wait(self, value: list[list[Any]], i: int) -> Any:
         """Produce micro-op i and wait for it; fills in its offset. The error, or None."""
         assert self._producer is not None
         _, k, v = value[i]
@@ -357,7 +292,7 @@ class ConfluentClient(QueueClient):
             self._producer.produce(t, value=str(v).encode(), key=str(k).encode(), partition=p,
                                    on_delivery=delivered)
         except (KafkaException, BufferError) as e:
-            return e  # not queued; classify() makes it info unless the code is listed
+            return e  # not queued: info unless its code is listed in _FAIL
         deadline = time.monotonic() + self.op_timeout
         while not result and time.monotonic() < deadline:
             self._producer.poll(0.05)
@@ -482,3 +417,10 @@ class ConfluentClient(QueueClient):
             return complete(op, INFO, value, error=f"{_err_text(err)}; abort: {_err_text(e)}")
         # The coordinator confirmed the abort: no record of this transaction is visible.
         return complete(op, FAIL, value, error=_err_text(err))
+
+    def _classify(self, err: Any) -> str:
+        # Only a delivery report's KafkaError carries a code _FAIL can vouch for.
+        return classify(err if isinstance(err, KafkaError) else None)
+
+    def _err_text(self, err: Any) -> str:
+        return _err_text(err)

@@ -17,7 +17,8 @@ import kafka.errors as kerr
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logquake.history import FAIL, INFO, OK, Op
-from logquake.workloads.client import QueueClient, TxnIds, add_polled, complete, seek_back
+from logquake.workloads.client import TxnIds, add_polled, complete, seek_back
+from logquake.workloads.kafka_adapter import KafkaAdapter
 
 log = logging.getLogger("logquake.client.kafka-python")
 
@@ -101,39 +102,24 @@ def consumer_config(bootstrap: str, *, txn: bool, sub_via: str) -> dict[str, Any
     return conf
 
 
-class KafkaPythonClient(QueueClient):
+class KafkaPythonClient(KafkaAdapter):
     """One producer and one consumer; see the module docstring."""
 
     txn_ids = TXN_IDS
+    local_errors = (kerr.KafkaError, AssertionError, ValueError)
 
     _producer: KafkaProducer | None
     _consumer: KafkaConsumer | None
-
-    def open(self, bootstrap_servers: str) -> None:
-        self._bootstrap = bootstrap_servers
-        if self.txn and self._txn_id is None:
-            self._txn_id = self.txn_ids.acquire()
-        self._producer = self._new_producer()
-        self._consumer = KafkaConsumer(**consumer_config(bootstrap_servers, txn=self.txn, sub_via=self.sub_via))
 
     def _new_producer(self) -> KafkaProducer:
         return KafkaProducer(**producer_config(self._bootstrap, txn=self.txn, producer=self.producer_settings,
                                                txn_id=self._txn_id))
 
-    def _reopen_producer(self) -> None:
-        """After a failed or unknown transaction end: a new producer under the same
-        transactional id, fenced in at once (see client.TxnIds)."""
-        old, self._producer = self._producer, None
-        if old is not None:
-            try:
-                old.close(timeout=0)
-            except Exception:  # noqa: BLE001 - abandoned anyway
-                pass
-        self._txn_ready = False
-        self._replaced = True
-        self._producer = self._new_producer()
-        if self.txn:
-            self._txn_ready = self._fence(self._producer)
+    def _new_consumer(self) -> KafkaConsumer:
+        return KafkaConsumer(**consumer_config(self._bootstrap, txn=self.txn, sub_via=self.sub_via))
+
+    def _discard_producer(self, producer: KafkaProducer) -> None:
+        producer.close(timeout=0)
 
     def _fence(self, producer: KafkaProducer) -> bool:
         """init_transactions (bounded by max_block_ms): fences the id's previous producer and
@@ -145,17 +131,11 @@ class KafkaPythonClient(QueueClient):
             log.info("init_transactions of %s failed: %s", self._txn_id, _err_text(e))
             return False
 
-    def close(self) -> None:
-        p, c, self._producer, self._consumer = self._producer, self._consumer, None, None
-        if p is not None and self.txn and self._replaced and not self._txn_ready:
-            # A replaced producer's transaction may still be open: end it now, not at the
-            # coordinator's timeout (the drain reads past it).
-            self._fence(p)
-        self.abandon()  # the id is lent out again at once
-        for thing in (p, c):
+    def _close_clients(self, producer: KafkaProducer | None, consumer: KafkaConsumer | None) -> None:
+        for thing in (producer, consumer):
             try:
                 if thing is not None:
-                    thing.close(timeout=1) if thing is p else thing.close()
+                    thing.close(timeout=1) if thing is producer else thing.close()
             except Exception:  # noqa: BLE001 - close never raises
                 pass
 
@@ -163,22 +143,9 @@ class KafkaPythonClient(QueueClient):
         t, p = self.keymap.topic_partition(k)
         return TopicPartition(t, p)
 
-    def _assign(self, op: Op) -> Op:
-        assert self._consumer is not None
-        keys = list(op.value)
-        if op.get("seek_to_beginning"):
-            for k in keys:
-                self.position.pop(k, None)
-        self.assigned = keys
-        try:
-            self._apply_assignment()
-        except kerr.KafkaError as e:
-            # Assignment is local to this consumer: nothing in the log changed.
-            return complete(op, FAIL, op.value, error=_err_text(e))
-        done = complete(op, OK, op.value)
-        if op.get("final"):
-            done.extra["ends"] = self._ends(keys)
-        return done
+    def _rewind(self, keys: list[int]) -> None:
+        for k in keys:
+            self.position.pop(k, None)  # no position: _apply_assignment seeks to the beginning
 
     def _ends(self, keys: list[int]) -> dict[str, int | None]:
         """end_offsets of the keys, in one call bounded by ENDS_TIMEOUT; all None if it fails.
@@ -224,33 +191,12 @@ class KafkaPythonClient(QueueClient):
         if fresh:
             self._consumer.seek_to_beginning(*fresh)
 
-    def _subscribe(self, op: Op) -> Op:
-        assert self._consumer is not None
-        topics = sorted({self.keymap.topic_partition(k)[0] for k in op.value})
+    def _send_and_wait(self, value: list[list[Any]], i: int) -> BaseException | None:
         try:
-            self._consumer.subscribe(topics=topics)
-        except (kerr.KafkaError, AssertionError, ValueError) as e:
-            # Subscribing only changes this consumer's interest; nothing in the log changed.
-            return complete(op, FAIL, op.value, error=_err_text(e))
-        self.assigned = list(op.value)
-        self.subscribed = True
-        return complete(op, OK, op.value)
-
-    def _plain(self, op: Op) -> Op:
-        value = [list(m) for m in op.value]
-        for i, m in enumerate(value):
-            if m[0] == "send":
-                try:
-                    _fill(value, i, self._send_one(value, i).get(timeout=self.op_timeout))
-                except Exception as e:  # noqa: BLE001 - classified below
-                    return complete(op, classify(e), value, error=_err_text(e))
-            elif (err := self._poll_one(value, i)) is not None:
-                self._seek_back(value)
-                return complete(op, INFO, value, error=_err_text(err))
-        done = complete(op, OK, value)
-        if op.get("final"):
-            done.extra["positions"] = self._positions()
-        return done
+            _fill(value, i, self._send_one(value, i).get(timeout=self.op_timeout))
+        except Exception as e:  # noqa: BLE001 - classified by _classify
+            return e
+        return None
 
     def _send_one(self, value: list[list[Any]], i: int) -> Any:
         """Send micro-op i; the future of its record metadata (see _fill)."""
@@ -385,6 +331,12 @@ class KafkaPythonClient(QueueClient):
         # The coordinator confirmed the abort: no record of this transaction is visible.
         return complete(op, FAIL, value, error=_err_text(err))
 
+
+    def _classify(self, err: BaseException) -> str:
+        return classify(err)
+
+    def _err_text(self, err: BaseException | str) -> str:
+        return _err_text(err)
 
 def _fill(value: list[list[Any]], i: int, md: Any) -> None:
     """Complete send micro-op i from the broker's record metadata."""

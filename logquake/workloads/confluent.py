@@ -24,23 +24,17 @@ from confluent_kafka import (
 
 from logquake.history import FAIL, INFO, OK, Op
 from logquake.workloads.client import TxnIds, add_polled, complete, seek_back
-from logquake.workloads.kafka_adapter import KafkaAdapter
+from logquake.workloads.kafka_adapter import ENDS_TIMEOUT, OPEN_ABORTED_S, TXN_TIMEOUT_MS, KafkaAdapter
 
 log = logging.getLogger("logquake.client.confluent")
 
 _ids = itertools.count()
-# The coordinator aborts a transaction left open this long (a replaced producer ends it sooner).
-TXN_TIMEOUT_MS = 10_000
 TXN_IDS = TxnIds(f"lq-txn-{os.getpid()}")
 # init_transactions right after replacing a producer: long enough for the coordinator to
 # end the old transaction, short enough to leave the op's commit and abort their time.
 FENCE_TIMEOUT = 5.0
 # How long an assign waits in all for its new topics' metadata (see _learn_topics).
 METADATA_TIMEOUT = 0.5
-# How long a deliberately aborted transaction's records sit open in their partitions.
-OPEN_ABORTED_S = 0.3
-# How long a final assign may spend in all asking for the ends of its keys' logs.
-ENDS_TIMEOUT = 5.0
 # Where a key nobody has read yet starts: offset 0, a logquake log's start (a log whose
 # start moved answers OFFSET_OUT_OF_RANGE, and auto.offset.reset takes the consumer there).
 # Never the logical OFFSET_BEGINNING: librdkafka resolves it with ListOffsets, and a reply

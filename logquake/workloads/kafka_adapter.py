@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 from logquake.history import FAIL, INFO, OK, Op
 from logquake.workloads.client import QueueClient, complete
 
-__all__ = ["KafkaAdapter"]
+__all__ = ["ENDS_TIMEOUT", "OPEN_ABORTED_S", "TXN_TIMEOUT_MS", "KafkaAdapter"]
+
+# The coordinator aborts a transaction left open this long (a replaced producer ends it sooner).
+TXN_TIMEOUT_MS = 10_000
+# How long a deliberately aborted transaction's records sit open in their partitions.
+OPEN_ABORTED_S = 0.3
+# How long a final assign may spend in all asking for the ends of its keys' logs.
+ENDS_TIMEOUT = 5.0
 
 
 class KafkaAdapter(QueueClient):

@@ -18,18 +18,12 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from logquake.history import FAIL, INFO, OK, Op
 from logquake.workloads.client import TxnIds, add_polled, complete, seek_back
-from logquake.workloads.kafka_adapter import KafkaAdapter
+from logquake.workloads.kafka_adapter import ENDS_TIMEOUT, OPEN_ABORTED_S, TXN_TIMEOUT_MS, KafkaAdapter
 
 log = logging.getLogger("logquake.client.kafka-python")
 
 _ids = itertools.count()
-# The coordinator aborts a transaction left open this long (a replaced producer ends it sooner).
-TXN_TIMEOUT_MS = 10_000
 TXN_IDS = TxnIds(f"lq-kp-txn-{os.getpid()}")
-# How long a deliberately aborted transaction's records sit open in their partitions.
-OPEN_ABORTED_S = 0.3
-# How long a final assign may spend in all asking for the ends of its keys' logs.
-ENDS_TIMEOUT = 5.0
 
 # Exception classes that mean "certainly not written". Each entry says why.
 _FAIL: dict[type[BaseException], str] = {

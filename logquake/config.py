@@ -56,10 +56,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from logquake.errors import ConfigError
 from logquake.guarantees import GUARANTEES, SUB_VIAS
+from logquake.yamlfile import load_mapping
 
 BACKENDS = ("lab", "docker", "ssh", "external")
 CLIENTS = ("confluent", "kafka-python", "nats-py")
@@ -292,24 +291,6 @@ def _check_key(key: str, where: str) -> str:
     return norm
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping in a YAML config file, or ConfigError naming the file."""
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("config", f"no such file: {p}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError("config", f"{p} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError("config", f"{p} must hold a mapping of keys to values, got {type(data).__name__}")
-    return data
-
-
 #: What `logquake run` does unless told otherwise: it is a chaos tool, so the first run a user
 #: makes breaks something (partitions and kills, a flip every 10 s on average); `--nemesis
 #: none` is the calm run. Below the YAML file and the flags.
@@ -333,7 +314,7 @@ def resolve_config(
     `overrides` are unset flags)."""
     values: dict[str, Any] = {}
     if path is not None:
-        for key, value in load_yaml(path).items():
+        for key, value in load_mapping(path).items():
             values[_check_key(str(key), str(path))] = value
     for key, value in (overrides or {}).items():
         if value is not None:

@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from logquake.errors import ConfigError
+from logquake.yamlfile import load_mapping
 
 __all__ = ["NodeAddress", "NodeConfig", "load_node_config", "parse_node_config", "UNSAFE_MODES"]
 
@@ -86,14 +85,7 @@ class NodeConfig:
 
 def load_node_config(path: Path, *, node_id: int | None = None) -> NodeConfig:
     """Read and validate a node.yaml; `node_id` (from --node-id) overrides the file's."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise ConfigError("config", f"cannot read {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError("config", f"{path} is not valid YAML: {e}") from e
-    if not isinstance(raw, dict):
-        raise ConfigError("config", f"{path} must hold a mapping of keys, got {type(raw).__name__}")
+    raw = load_mapping(path)
     if node_id is not None:
         raw = {**raw, "node_id": node_id}
     return parse_node_config(raw)

@@ -39,14 +39,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from logquake.config import resolve_config
 from logquake.errors import ConfigError
 
 # The matrix's one read of the delivery guarantees: each profile by name, with the anomaly
 # types it allows (the axis's names, and what an unsafe cell may still expect under it).
 from logquake.guarantees import GUARANTEES
+from logquake.yamlfile import load_mapping
 
 __all__ = ["DEFAULT_MATRIX", "Cell", "Matrix", "expand", "fingerprint", "load_matrix", "matches", "parse_matrix",
            "select"]
@@ -272,14 +271,7 @@ def load_matrix(path: Path | None, *, test_count: int | None = None, time_limit:
     """The matrix of a YAML file, or the default one."""
     if path is None:
         return parse_matrix(DEFAULT_MATRIX, test_count=test_count, time_limit=time_limit, guarantees=guarantees)
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError("--config", f"{path} is not valid YAML: {e}") from None
-    if not isinstance(raw, Mapping):
-        raise ConfigError("--config", f"{path} must hold a mapping (test_count, base, safe, unsafe)")
+    raw = load_mapping(path, key="--config", holds="cells (test_count, base, safe, unsafe)")
     return parse_matrix(raw, test_count=test_count, time_limit=time_limit, guarantees=guarantees)
 
 

@@ -3,6 +3,7 @@ large, and read with shared reads (same verdict, less memory) when only that fit
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -150,3 +151,21 @@ def test_cli_report_refuses_a_history_too_large(tmp_path, big):
     p = cli("report", "--max-memory", "1M", str(run))
     assert p.returncode == 3 and "a report takes" in p.stderr
     assert not (run / "report.html").exists()
+
+
+def test_bench_tiles_a_history_into_copies_on_keys_and_processes_of_their_own(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_checker", Path(__file__).parents[2] / "benchmarks/bench_checker.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    src, dst = tmp_path / "h.jsonl", tmp_path / "hx3.jsonl"
+    write_history(src, simulate(with_bug("duplicate", ops=300, txn=True))[0])
+    bench.tile(src, dst, 3)
+    one, three = load_history(src), load_history(dst)  # (validated: pairing, indices)
+    assert len(three) == 3 * len(one)
+    assert [op.index for op in three] == list(range(len(three)))
+    opts = CheckOptions(txn=True)
+    a, b = check_history(one, opts), check_history(three, opts)
+    assert b["error_types"] == a["error_types"]
+    assert b["stats"] == {k: 3 * v for k, v in a["stats"].items()}
+    for typ, entry in a["anomalies"].items():
+        assert b["anomalies"][typ]["count"] == 3 * entry["count"], typ

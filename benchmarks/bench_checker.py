@@ -16,6 +16,13 @@ machine can still be compared.
 
 Generated histories are cached in --cache-dir (default /tmp/logquake-bench).
 
+    .venv/bin/python benchmarks/bench_checker.py --scale 10 [--max-memory 8G]
+
+also checks the big history tiled 10 times (10 copies one after the other, each on keys and
+processes of its own, cached too: 2.3 GB at 1M ops) as `logquake check --max-memory` would:
+the row says it was refused, with the estimate, when that is over the limit; otherwise it
+gives the check's time as a ratio to the 1x check of the same run, and its peak RSS.
+
     .venv/bin/python benchmarks/bench_checker.py --stages
 
 prints instead where check_history's time goes on the big history: each stage timed
@@ -33,8 +40,12 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
+
 from logquake.checker import CheckOptions, check_history
 from logquake.checker.generate import SimConfig, simulate
+from logquake.checker.memory import parse_size, plan_check
+from logquake.errors import UserError
 from logquake.history import Op, load_history, write_history
 
 
@@ -59,6 +70,53 @@ def generate(path: Path, client_ops: int, seed: int, plant_g1c: bool = False) ->
     write_history(tmp, ops)
     tmp.rename(path)
     print(f"generated {path.name}: {len(ops)} ops in {time.process_time() - t:.1f} s", file=sys.stderr)
+
+
+def tile(src: Path, dst: Path, times: int) -> None:
+    """dst: `times` copies of the history src, one after the other, each copy on keys and
+    processes of its own: a history `times` as long with src's shape (read and written one
+    line at a time, so a 10M-op history needs no more memory than a 1M-op one)."""
+    if dst.exists():
+        return
+    t = time.process_time()
+    n = keys = procs = last = 0
+    with open(src, "rb") as fh:
+        for line in fh:
+            d = orjson.loads(line)
+            n, last = n + 1, d["time"]
+            procs = max(procs, d["process"] + 1)
+            if d["f"] in ("assign", "subscribe"):
+                keys = max(keys, *(k + 1 for k in d["value"]))
+            for m in d["value"] if d["f"] in ("send", "poll", "txn") else ():
+                if m[0] == "send":
+                    keys = max(keys, m[1] + 1)
+                elif len(m) > 1 and m[1]:
+                    keys = max(keys, *(int(k) + 1 for k in m[1]))
+    tmp = dst.with_suffix(".tmp")
+    with open(tmp, "wb") as out:
+        for i in range(times):
+            dk, dp = i * keys, i * procs
+            with open(src, "rb") as fh:
+                for line in fh:
+                    d = orjson.loads(line)
+                    d["index"] += i * n
+                    d["time"] += i * (last + 1)
+                    d["process"] += dp
+                    if d["f"] in ("assign", "subscribe"):
+                        d["value"] = [k + dk for k in d["value"]]
+                    elif d["value"]:
+                        d["value"] = [_shifted(m, dk) for m in d["value"]]
+                    out.write(orjson.dumps(d) + b"\n")
+    tmp.rename(dst)
+    print(f"tiled {dst.name}: {times * n} ops in {time.process_time() - t:.1f} s", file=sys.stderr)
+
+
+def _shifted(mop: list, dk: int) -> list:
+    if mop[0] == "send":
+        return ["send", mop[1] + dk, *mop[2:]]
+    if len(mop) > 1 and mop[1]:
+        return ["poll", {str(int(k) + dk): pairs for k, pairs in mop[1].items()}]
+    return mop
 
 
 def _g1c(index: int, now: int) -> list[Op]:
@@ -87,7 +145,7 @@ def reference(path: Path) -> float:
     return time.process_time() - t0
 
 
-def measure(path: Path, ww_deps: bool) -> dict:
+def measure(path: Path, ww_deps: bool, share_reads: bool = False) -> dict:
     """Run in a fresh process: read and check, as `logquake check` does.
 
     The reference pass is not run here: run first in this process it made the check
@@ -95,7 +153,7 @@ def measure(path: Path, ww_deps: bool) -> dict:
     not of the checker.
     """
     t0 = time.process_time()
-    ops = load_history(path)
+    ops = load_history(path, share_reads=share_reads)
     t1 = time.process_time()
     r = check_history(ops, CheckOptions(ww_deps=ww_deps, txn=True, time_budget=600))
     t2 = time.process_time()
@@ -142,8 +200,29 @@ def stages(path: Path) -> list[tuple[str, float]]:
     return out
 
 
-def in_subprocess(path: Path, ww_deps: bool) -> dict:
+def scaled(big: Path, times: int, m: dict, limit: int) -> list[tuple[str, str, str]]:
+    """Rows for the big history tiled `times` times, checked as `logquake check --max-memory`
+    would: refused if its estimate is over `limit`, else measured (time as a ratio to the
+    big history's check, measured in this run)."""
+    path = big.with_name(f"{big.stem}x{times}.jsonl")
+    tile(big, path, times)
+    name = f"check of {times}x the history"
+    try:
+        plan = plan_check(path, limit)
+    except UserError as e:
+        return [(name, "refused", str(e))]
+    s = in_subprocess(path, ww_deps=True, share_reads=plan.share_reads)
+    how = "shared reads" if plan.share_reads else "plain read"
+    return [
+        (f"{name} ({s['ops']:,} ops)", f"{s['check_s']:.2f} s", f"{s['check_s'] / m['check_s']:.2f}x the 1x check; target <= {1.2 * times:.0f}x"),
+        (f"peak RSS, {times}x", f"{s['peak_rss_mb']:,.0f} MB", f"{how}; limit {limit / 2**20:,.0f} MB; estimated {plan.estimate / 2**20:,.0f} MB"),
+        (f"verdict, {times}x", str(s["valid"]), ",".join(s["error_types"])),
+    ]
+
+
+def in_subprocess(path: Path, ww_deps: bool, share_reads: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--measure", str(path)] + ([] if ww_deps else ["--no-ww-deps"])
+    cmd += ["--share-reads"] if share_reads else []
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     got = json.loads(out.stdout)
     cmd = [sys.executable, __file__, "--reference-of", str(path)]
@@ -159,6 +238,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--no-ww-deps", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--share-reads", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--scale", type=int, default=0, help="also check the big history tiled this many times")
+    ap.add_argument("--max-memory", default="8G", help="the limit of the --scale check (default 8G)")
     ap.add_argument("--stages", action="store_true", help="time check_history's stages on the big history")
     ap.add_argument("--stages-of", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--reference-of", type=Path, help=argparse.SUPPRESS)
@@ -167,7 +249,7 @@ def main() -> None:
         print(json.dumps(reference(args.reference_of)))
         return
     if args.measure:
-        print(json.dumps(measure(args.measure, not args.no_ww_deps), default=str))
+        print(json.dumps(measure(args.measure, not args.no_ww_deps, args.share_reads), default=str))
         return
     if args.stages_of:
         print(json.dumps(stages(args.stages_of)))
@@ -209,6 +291,8 @@ def main() -> None:
             ",".join(c["bad_error_types"]),
         ),
     ]
+    if args.scale:
+        rows += scaled(big, args.scale, m, parse_size(args.max_memory))
     width = max(len(r[0]) for r in rows)
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>16}  {note}")

@@ -119,6 +119,20 @@ def run(
     raise typer.Exit(run_with_display(cfg, Console()))
 
 
+_MAX_MEMORY_HELP = ("Refuse, before reading it, a history that would take more memory than this (e.g. 8G; "
+                    "K, M, G, T are powers of 1024).")
+
+
+def _max_memory(text: str) -> int:
+    from logquake.checker.memory import parse_size
+    from logquake.errors import ConfigError
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise ConfigError("--max-memory", str(e)) from None
+
+
 @app.command()
 def check(
     history: Annotated[Path, typer.Argument(help="A history.jsonl file (or a run directory).")],
@@ -138,6 +152,7 @@ def check(
         str | None,
         typer.Option("--model", help="Check linearizability against a model instead: register or cas-register."),
     ] = None,
+    max_memory: Annotated[str | None, typer.Option("--max-memory", help=_MAX_MEMORY_HELP)] = None,
 ) -> None:
     """Check a stored history; exit 0 valid, 1 invalid, 2 unknown, 3 unreadable input, 4 usage error.
 
@@ -171,8 +186,23 @@ def check(
                             ignore=tuple(ignore or ()), guarantee=guarantee)
     except ValueError as e:
         raise ConfigError("check", str(e)) from None
+    share_reads = False
+    if max_memory is not None:
+        from logquake.checker.memory import plan_check
+        from logquake.history_import import detect_format
+
+        limit = _max_memory(max_memory)
+        if path.is_file():  # (a missing file is the reader's to report)
+            share_reads = plan_check(path, limit, can_share=detect_format(path) == "jsonl").share_reads
+            if share_reads:
+                err_console.print("[dim]reading with shared reads (slower, less memory) to fit --max-memory[/]")
     with err_console.status(f"reading {path}"):
-        ops = load_any_history(path)
+        if share_reads:
+            from logquake.history import load_history
+
+            ops = load_history(path, share_reads=True)
+        else:
+            ops = load_any_history(path)
     with err_console.status(f"checking {len(ops)} ops"):
         if model is not None:
             result = check_linearizable(ops, MODELS[model])
@@ -216,9 +246,19 @@ def _stored_results(run_dir: Path) -> dict:
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    max_memory: Annotated[str | None, typer.Option("--max-memory", help=_MAX_MEMORY_HELP)] = None,
+) -> None:
     """Regenerate report.html for a run directory."""
     from logquake.results.report import write_report
+
+    if max_memory is not None:
+        from logquake.checker.memory import refuse_report
+
+        limit = _max_memory(max_memory)
+        if (run_dir / "history.jsonl").is_file():
+            refuse_report(run_dir / "history.jsonl", limit)
 
     with err_console.status(f"reading {run_dir / 'history.jsonl'} and rendering the report"):
         out = write_report(run_dir)

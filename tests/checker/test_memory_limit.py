@@ -1,0 +1,171 @@
+"""--max-memory: a history is measured before it is read, refused in one line when too
+large, and read with shared reads (same verdict, less memory) when only that fits."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logquake.checker import CheckOptions, check_history
+from logquake.checker.generate import BUGS, SimConfig, simulate
+from logquake.checker.memory import (
+    BASE,
+    CHECK_PER_BYTE,
+    SHARED_CHECK_PER_BYTE,
+    history_size,
+    parse_size,
+    plan_check,
+    refuse_report,
+)
+from logquake.errors import UserError
+from logquake.history import Op, load_history, write_history
+from tests.checker.histories import with_bug
+
+
+def untimed(result: dict) -> dict:
+    """A result without the cycle search's wall time."""
+    search = result.get("cycle_search")
+    return {**result, "cycle_search": {k: v for k, v in search.items() if k != "seconds"} if search else search}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "logquake", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> Path:
+    """A 40k-op transactional history with every bug planted: a shape like bench_checker's."""
+    cfg = SimConfig(ops=20_000, workers=10, active_keys=10, max_writes_per_key=256, txn=True, p_fail=0.01,
+                    p_info=0.01, p_assign=0.01, bugs=frozenset(BUGS), p_bug=0.01, seed=7)
+    path = tmp_path_factory.mktemp("big") / "history.jsonl"
+    write_history(path, simulate(cfg)[0])
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "n"),
+    [("8G", 8 * 2**30), ("8g", 8 * 2**30), ("8GB", 8 * 2**30), ("8GiB", 8 * 2**30), ("512M", 512 * 2**20),
+     ("1.5G", 3 * 2**29), ("1000", 1000), ("64k", 65536), ("2T", 2 * 2**40), (" 3 G ", 3 * 2**30)],
+)
+def test_sizes(text, n):
+    assert parse_size(text) == n
+
+
+@pytest.mark.parametrize("text", ["", "G", "8X", "-1G", "8 GB extra", "1e9"])
+def test_bad_sizes_are_refused(text):
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size(text)
+
+
+def test_ops_are_counted_in_a_small_file_and_estimated_in_a_large_one(tmp_path, big):
+    small = tmp_path / "h.jsonl"
+    small.write_text('{"a":1}\n' * 10 + '{"a":1}')  # a last line with no newline counts too
+    assert history_size(small).ops == 11
+    lines = sum(1 for _ in open(big))
+    assert abs(history_size(big).ops - lines) < 0.2 * lines
+
+
+def test_a_history_too_large_is_refused_in_one_line_saying_what_fits(big):
+    size = big.stat().st_size
+    with pytest.raises(UserError) as e:
+        plan_check(big, BASE + size)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert str(big) in msg and "ops" in msg and "would fit" in msg and "--max-memory" in msg
+    with pytest.raises(UserError, match="nothing fits"):
+        plan_check(big, BASE // 2)
+
+
+def test_the_plan_shares_reads_only_when_the_plain_read_does_not_fit(big):
+    size = big.stat().st_size
+    assert not plan_check(big, 2**40).share_reads
+    between = BASE + int((CHECK_PER_BYTE + SHARED_CHECK_PER_BYTE) / 2 * size)
+    assert plan_check(big, between).share_reads
+    with pytest.raises(UserError):  # not a history.jsonl: no shared reads to fall back on
+        plan_check(big, between, can_share=False)
+
+
+def test_report_refusal(big):
+    refuse_report(big, 2**40)
+    with pytest.raises(UserError, match="a report takes"):
+        refuse_report(big, BASE)
+
+
+@pytest.mark.parametrize("bug", ["none", *BUGS])
+def test_shared_reads_change_nothing_an_analysis_sees(tmp_path, bug):
+    path = tmp_path / "history.jsonl"
+    write_history(path, simulate(with_bug(bug, ops=400, txn=True))[0])
+    plain, shared = load_history(path), load_history(path, share_reads=True)
+    assert [o.to_dict() for o in shared] == [o.to_dict() for o in plain]
+    opts = CheckOptions(txn=True)
+    assert untimed(check_history(shared, opts)) == untimed(check_history(plain, opts))
+
+
+def _poll(index: int, reads: dict) -> list[Op]:
+    return [Op(index=2 * index, process=index, type="invoke", f="poll", value=[["poll"]]),
+            Op(index=2 * index + 1, process=index, type="ok", f="poll", value=[["poll", reads]])]
+
+
+def test_equal_pairs_are_shared_and_any_other_read_is_kept_as_read(tmp_path):
+    path = tmp_path / "history.jsonl"
+    odd = [[0, 1.0], [0, True], [True, 1], [0], [], "x", 5, [0, 1, 2], [1, 7]]
+    write_history(path, _poll(0, {"1": [[0, 1], [1, 2]]}) + _poll(1, {"1": [[0, 1], [1, 3]], "2": [[0, 1]]})
+                  + _poll(2, {"1": odd}))
+    a, b, c = (op.value[0][1] for op in load_history(path, share_reads=True) if op.type == "ok")
+    assert b["1"][0] is a["1"][0]  # the same record read twice: one list
+    assert b["1"][1] == [1, 3] and b["1"][1] is not a["1"][1]  # another value at an offset: its own
+    assert b["2"][0] is not a["1"][0]  # another key
+    assert c["1"] == odd  # as read: ints stay ints, floats floats, bools bools
+    assert [type(x) for p in c["1"][:3] for x in p] == [int, float, int, bool, bool, int]
+    assert c["1"][-1] is not a["1"][1]
+
+
+def test_cli_refuses_a_history_too_large_before_reading_it(big):
+    p = cli("check", "--txn", "--max-memory", "1M", str(big))
+    assert p.returncode == 3, p.stderr
+    assert "would fit" in p.stderr or "nothing fits" in p.stderr
+    assert "Traceback" not in p.stderr
+    p = cli("check", "--max-memory", "lots", str(big))
+    assert p.returncode == 3 and "--max-memory" in p.stderr
+
+
+def test_cli_checks_with_shared_reads_under_a_small_limit_with_the_same_verdict(big):
+    size = big.stat().st_size
+    between = BASE + int((CHECK_PER_BYTE + SHARED_CHECK_PER_BYTE) / 2 * size)
+    plain = cli("check", "--txn", "--json", str(big))
+    shared = cli("check", "--txn", "--json", "--max-memory", str(between), str(big))
+    assert "shared reads" in shared.stderr
+    assert shared.returncode == plain.returncode == 1, plain.stderr  # the planted bugs
+    assert untimed(json.loads(shared.stdout)) == untimed(json.loads(plain.stdout))
+
+
+def test_cli_report_refuses_a_history_too_large(tmp_path, big):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "history.jsonl").symlink_to(big)
+    p = cli("report", "--max-memory", "1M", str(run))
+    assert p.returncode == 3 and "a report takes" in p.stderr
+    assert not (run / "report.html").exists()
+
+
+def test_bench_tiles_a_history_into_copies_on_keys_and_processes_of_their_own(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_checker", Path(__file__).parents[2] / "benchmarks/bench_checker.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    src, dst = tmp_path / "h.jsonl", tmp_path / "hx3.jsonl"
+    write_history(src, simulate(with_bug("duplicate", ops=300, txn=True))[0])
+    bench.tile(src, dst, 3)
+    one, three = load_history(src), load_history(dst)  # (validated: pairing, indices)
+    assert len(three) == 3 * len(one)
+    assert [op.index for op in three] == list(range(len(three)))
+    opts = CheckOptions(txn=True)
+    a, b = check_history(one, opts), check_history(three, opts)
+    assert b["error_types"] == a["error_types"]
+    assert b["stats"] == {k: 3 * v for k, v in a["stats"].items()}
+    for typ, entry in a["anomalies"].items():
+        assert b["anomalies"][typ]["count"] == 3 * entry["count"], typ

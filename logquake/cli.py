@@ -418,9 +418,10 @@ def cluster_down(
 
 def report_error(e: LogquakeError) -> None:
     """Print a user-facing error the one way logquake does it."""
-    err_console.print(f"[bold red]{type(e).__name__}:[/] {e}", highlight=False)
+    # soft_wrap: one error is one line, also when stderr is not a terminal (CI logs, grep).
+    err_console.print(f"[bold red]{type(e).__name__}:[/] {e}", highlight=False, soft_wrap=True)
     if e.hint:
-        err_console.print(f"[red]hint:[/] {e.hint}", highlight=False)
+        err_console.print(f"[red]hint:[/] {e.hint}", highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:

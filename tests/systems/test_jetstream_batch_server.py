@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from logquake.history import FAIL, INVOKE, OK, Op
+from logquake.history import FAIL, OK
 from logquake.systems.jetstream.client import JetStreamClient
 from logquake.systems.jetstream.server import JetStreamSettings
 from logquake.workloads.client import Validated
 
 from .jskit import local_lifecycle, running
 from .test_jetstream_batch import OLD_SERVER
+from .test_jetstream_client import _op, _read_all
 
 
 @pytest.fixture(scope="module")
@@ -28,19 +29,8 @@ def _client(lc, **kw) -> Validated:
     return c
 
 
-def _op(f, value, **extra) -> Op:
-    return Op(process=0, type=INVOKE, f=f, value=value, extra=extra)
-
-
 def _sends(k, *values) -> list[list]:
     return [["send", k, v] for v in values]
-
-
-def _read_all(c, k) -> list[list[int]]:
-    assert c.invoke(_op("assign", [k], seek_to_beginning=True)).type == OK
-    done = c.invoke(_op("poll", [["poll"]]))
-    assert done.type == OK, done
-    return done.value[0][1].get(str(k), [])
 
 
 def test_a_committed_batch_is_acked_with_its_keys_offsets_and_read_whole(cluster):

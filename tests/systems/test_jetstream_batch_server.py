@@ -5,14 +5,19 @@ Start servers: run under the heavy lock.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+import nats
 import pytest
 
 from logquake.history import FAIL, OK
+from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.client import JetStreamClient
 from logquake.systems.jetstream.server import JetStreamSettings
 from logquake.workloads.client import Validated
 
-from .jskit import local_lifecycle, running
+from .jskit import local_lifecycle, running, stream_leader
 from .test_jetstream_batch import OLD_SERVER
 from .test_jetstream_client import _op, _read_all
 
@@ -112,3 +117,77 @@ def test_a_server_without_atomic_batches_gets_no_transaction(tmp_path):
             assert _read_all(c, 1) == []
         finally:
             c.close()
+
+
+def _leader_among(lc, nodes, stream) -> str | None:
+    """The leader of `stream` as the first of `nodes` that answers reports it."""
+    for node in nodes:
+        try:
+            jsz = lc.monitoring(node, "jsz?streams=true")
+        except OSError:
+            continue
+        for account in jsz.get("account_details") or []:
+            for st in account.get("stream_detail") or []:
+                if st["name"] == stream:
+                    return (st.get("cluster") or {}).get("leader")
+    return None
+
+
+def test_a_batch_staged_on_a_leader_that_dies_is_never_stored(tmp_path):
+    with running(local_lifecycle(tmp_path)) as lc:
+        c = _client(lc)
+        try:
+            assert c.invoke(_op("send", _sends(9, 1))).type == OK  # the stream, allowing atomic publish
+        finally:
+            c.close()
+        leader = stream_leader(lc, "lq-9")
+        survivors = [s.name for s in lc.specs if s.name != leader]
+        bid = batch.new_id()
+
+        async def stage(nc, seq: int) -> batch.Reply:
+            reply = await nc.request("lq.9", str(seq + 1).encode(), timeout=5.0,
+                                     headers=batch.headers(bid, seq, commit=seq == 3))
+            return batch.parse_reply(reply.data, batch=bid, count=seq)
+
+        async def before_the_kill() -> list[batch.Reply]:
+            nc = await nats.connect(servers=lc.bootstrap().split(","))
+            try:
+                return [await stage(nc, 1), await stage(nc, 2)]
+            finally:
+                await nc.close()
+
+        assert asyncio.run(before_the_kill()) == [batch.Staged(), batch.Staged()]
+        # Staged is not stored: nothing of the batch is readable before its commit.
+        assert _read_key(lc, survivors[0]) == [[1, 1]]
+        lc.kill(leader)
+        deadline = time.monotonic() + 60
+        while _leader_among(lc, survivors, "lq-9") in (None, leader):
+            assert time.monotonic() < deadline, "no new leader for lq-9"
+            time.sleep(0.2)
+
+        async def commit() -> batch.Reply:
+            spec = lc.spec(survivors[0])
+            nc = await nats.connect(f"nats://{spec.address}:{spec.client_port}")
+            try:
+                while True:
+                    try:
+                        return await stage(nc, 3)
+                    except nats.errors.TimeoutError:  # a leader not serving yet does not answer
+                        assert time.monotonic() < deadline, "the commit was never answered"
+            finally:
+                await nc.close()
+
+        got = asyncio.run(commit())
+        # The new leader never saw messages 1 and 2: it rejects the commit, before replicating.
+        assert isinstance(got, batch.Rejected) and got.code == 10176 and got.outcome() == FAIL, got
+        assert _read_key(lc, survivors[0]) == [[1, 1]]
+
+
+def _read_key(lc, node) -> list[list[int]]:
+    spec = lc.spec(node)
+    c = Validated(JetStreamClient(replicas=3, op_timeout=8.0))
+    c.open(f"nats://{spec.address}:{spec.client_port}")
+    try:
+        return _read_all(c, 9)
+    finally:
+        c.close()

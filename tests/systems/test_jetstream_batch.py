@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from logquake.checker.options import CheckOptions
+from logquake.checker.queue import check_history
 from logquake.config import resolve_config
 from logquake.history import FAIL, INFO
 from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.server import server_version
+from tests.checker.histories import H
 from tests.unit.test_system_config import _refused
 
 
@@ -126,3 +129,27 @@ def test_a_server_without_atomic_batches_is_refused_naming_its_version(tmp_path:
 def test_without_transactions_an_old_server_is_not_asked_about() -> None:
     cfg = resolve_config(None, {"system": "jetstream", "jetstream": {"binary": OLD_SERVER or sys.executable}})
     assert not cfg.txn
+
+
+# -- the checker reads batch-shaped histories as it reads Kafka's ----------------------------
+
+def _batch_history(reads: list[tuple[int, int]]) -> list:
+    """A committed batch of 1, 2 at offsets 1-2 of key 1, an aborted one of 3, 4 (never
+    stored), one more send of 5 at offset 3; then a read of key 1 from the start."""
+    h = H()
+    h.txn(0, [("send", 1, 1, 1), ("send", 1, 2, 2)])
+    h.txn(1, [("send", 1, 3), ("send", 1, 4)], type="fail", abort=True)
+    h.send(0, 1, 5, offset=3)
+    h.assign(2, [1], seek_to_beginning=True)
+    h.poll(2, {1: reads})
+    return h.ops
+
+
+@pytest.mark.parametrize(("reads", "bad"), [
+    ([(1, 1), (2, 2), (3, 5)], set()),
+    ([(1, 1), (3, 5)], {"lost-write"}),  # half of a committed batch visible: torn
+    ([(1, 1), (2, 2), (3, 3)], {"G1a"}),  # a value of the aborted batch visible
+])
+def test_the_checker_judges_batches_as_transactions(reads: list, bad: set) -> None:
+    r = check_history(_batch_history(reads), CheckOptions(txn=True))
+    assert r["valid"] is (not bad) and bad <= set(r["bad_error_types"]), r["bad_error_types"]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from logquake.errors import ConfigError
+from logquake.guarantees import GUARANTEES
 from logquake.systems.base import NodeSetup, NodeSpec, System
 from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.server import (
@@ -98,8 +99,6 @@ def _check_config(cfg: TestConfig) -> None:
 
 def _check_txn(cfg: TestConfig) -> None:
     """Refuse transactions where the server or the workload cannot give them (module docstring)."""
-    from logquake.guarantees import GUARANTEES
-
     g = GUARANTEES.get(cfg.guarantee)
     key = "txn" if cfg.txn else "guarantee" if g is not None and g.transactions else None
     if key is None:

@@ -38,8 +38,9 @@ How the queue's words map onto JetStream:
   None. Each final poll records this client's position per key (`positions`), which
   passes gaps in the sequence that no read returns.
 - crash is the runner's: it closes this client (the connection drops) and opens a new one.
-- transactions are not driven: JetStream's atomic batches (server 2.12+) are the
-  analogue, and a System without "transactions" refuses `--txn` at config load.
+- a transaction is one atomic batch publish to its key's stream (server 2.12+): its sends
+  must all name one key, and it holds no polls (batch.py says how and why). Streams of a
+  transactional test allow atomic publish (`allow_atomic`).
 
 nats-py is asyncio and the runner's workers are threads: each client runs its own event
 loop on a thread of its own, and `invoke` hands an op to it and waits for the completion.
@@ -62,6 +63,7 @@ from nats.js import api
 
 from logquake.errors import ConfigError
 from logquake.history import FAIL, INFO, OK, Op
+from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.client import TOPIC_PREFIX, QueueClient, add_polled, complete, seek_back
 
@@ -77,6 +79,8 @@ READ_BATCH = 100  # messages a poll reads per key at most
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
 ENDS_TIMEOUT = 5.0  # a final assign asks every key's end of the log within this, all in all
 RETRY_BACKOFF = 0.1
+
+ABORT_OPEN_S = 0.3  # how long an abort op's batch stays staged before it is dropped
 
 # Exceptions that mean "certainly not stored". Each entry says why.
 _FAIL: dict[type[BaseException], str] = {
@@ -168,8 +172,6 @@ class JetStreamClient(QueueClient):
 
     def __init__(self, *, replicas: int = 3, duplicate_window: str | None = None, **kw: Any) -> None:
         super().__init__(**kw)
-        if self.txn:
-            raise ConfigError("txn", "the JetStream adapter drives no transactions")
         if self.keymap.partitions != 1:
             raise ConfigError("partitions", "JetStream keys are streams of one subject: partitions must be 1")
         self.replicas = replicas
@@ -357,6 +359,93 @@ class JetStreamClient(QueueClient):
             if (self.retries is not None and maybe_stored > self.retries) or left < PUBLISH_TIMEOUT:
                 return verdict, "; ".join(errors[-3:])
             await asyncio.sleep(RETRY_BACKOFF)
+
+    # -- transactions -----------------------------------------------------------------
+
+    def _txn(self, op: Op) -> Op:
+        return self._run(op, self._atxn(op))
+
+    async def _atxn(self, op: Op) -> Op:
+        """One atomic batch of the transaction's sends (batch.py), tried again with a fresh
+        batch id while every earlier attempt certainly stored nothing."""
+        value = [list(m) for m in op.value]
+        if (why := batch.refusal(value)) is not None:
+            return complete(op, FAIL, value, error=why)
+        sv = self._nc.connected_server_version
+        if not batch.supports_atomic(version := f"{sv.major}.{sv.minor}.{sv.patch}"):
+            return complete(op, FAIL, value, error=f"nats-server {version} has no atomic batch publish")
+        k = value[0][1]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.op_timeout
+        errors: list[str] = []
+        while True:
+            outcome, why, again = await self._batch(k, [m[2] for m in value], abort=bool(op.get("abort")))
+            if isinstance(outcome, batch.Committed):
+                done = [["send", k, [off, m[2]]] for off, m in zip(outcome.offsets(), value, strict=True)]
+                return complete(op, OK, done)
+            errors.append(why)
+            if not again or op.get("abort") or deadline - loop.time() < PUBLISH_TIMEOUT:
+                return complete(op, outcome, value, error="; ".join(errors[-3:]))
+            await asyncio.sleep(RETRY_BACKOFF)
+
+    async def _batch(self, k: int, values: list[Any], *, abort: bool) -> tuple[batch.Committed | str, str, bool]:
+        """Publish one batch: (Committed, "", False) or (fail|info, why, whether to try again):
+        only after a certain non-store that another attempt might not meet."""
+        bid = batch.new_id()
+        for seq, v in enumerate(values, start=1):
+            commit = seq == len(values) and not abort
+            hdrs = batch.headers(bid, seq, commit=commit, msg_id=msg_id(k, v) if self.idempotent else None)
+            try:
+                reply = await self._nc.request(subject(k), str(v).encode(), timeout=PUBLISH_TIMEOUT, headers=hdrs)
+            except Exception as e:  # noqa: BLE001 - classified below
+                if isinstance(e, nats.errors.NoRespondersError):
+                    await self._ensure_atomic(k)  # no stream yet: nobody received this message
+                    return FAIL, f"message {seq}: {_err_text(e)}", True
+                if not commit:  # the commit was never sent: the batch is abandoned, nothing stored
+                    await self._abandon(k, bid, seq - 1)
+                    return FAIL, f"message {seq} of an uncommitted batch: {_err_text(e)}", True
+                return classify(e), f"commit: {_err_text(e)}", classify(e) == FAIL
+            got = batch.parse_reply(reply.data, batch=bid, count=seq)
+            if isinstance(got, batch.Committed):
+                return got, "", False
+            if isinstance(got, batch.Rejected):
+                if got.code == batch.ATOMIC_DISABLED:
+                    await self._ensure_atomic(k)
+                if not commit:
+                    await self._abandon(k, bid, seq - 1)
+                outcome = got.outcome() if commit else FAIL
+                return outcome, f"message {seq}: {got}", outcome == FAIL and not got.final
+            if isinstance(got, batch.Unexpected):
+                return INFO, f"message {seq}: {got}", False
+            if commit:
+                return INFO, f"commit of batch {bid}: an empty reply, no PubAck", False
+        await asyncio.sleep(ABORT_OPEN_S)
+        await self._abandon(k, bid, len(values))
+        return FAIL, "aborted on purpose: the batch was staged and never committed", False
+
+    async def _abandon(self, k: int, bid: str, staged: int) -> None:
+        """Tell the leader to drop a batch that will never be committed (it would in 10 s)."""
+        if staged == 0:
+            return
+        try:
+            await self._nc.publish(subject(k), b"", headers=batch.abort_headers(bid, staged))
+        except Exception as e:  # noqa: BLE001 - uncommitted, the batch is dropped either way
+            log.debug("abandon %s: %s", bid, _err_text(e))
+
+    async def _ensure_atomic(self, k: int) -> None:
+        """Key k's stream, created or updated to allow atomic publish; logged when that fails
+        (the next attempt's batch is then refused again, and says why)."""
+        cfg = api.StreamConfig(name=stream_name(k), subjects=[subject(k)], num_replicas=self.replicas,
+                               storage=api.StorageType.FILE, allow_atomic=True)
+        if self.duplicate_window is not None:
+            cfg.duplicate_window = duration_seconds(self.duplicate_window)
+        try:
+            try:
+                await self._js.add_stream(cfg)
+            except nats.js.errors.BadRequestError:  # it exists with another config: turn atomic on
+                await self._js.update_stream(cfg)
+        except Exception as e:  # noqa: BLE001 - creating or updating a stream stores no message
+            log.info("stream %s with atomic publish: %s", stream_name(k), _err_text(e))
 
     async def _read(self, polled: dict[str, list[list[Any]]]) -> BaseException | None:
         """assign: read every assigned stream onwards from this client's position."""

@@ -1,10 +1,12 @@
 """NATS JetStream as a `System` (docs/architecture.md): nats-server on every node, nats-py as its client.
 
 What a test may not ask of it is refused at config load, by the record's fields: one
-partition per key (a key is a stream of one subject), no transactions (JetStream's atomic
-batches are not driven yet), the queue workload only, and no clock faults: nats-server is a
-statically linked Go binary, so libfaketime's LD_PRELOAD never loads into it and its clock
-reads bypass libc.
+partition per key (a key is a stream of one subject), the queue workload only, and no clock
+faults: nats-server is a statically linked Go binary, so libfaketime's LD_PRELOAD never
+loads into it and its clock reads bypass libc. Transactions are atomic batch publishes
+(batch.py), which the server offers from 2.12 on: a test that asks for transactions (`txn`,
+or a guarantee that brings them) is refused when the binary it would run is older, and when
+its transactions would read, which a batch cannot.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from logquake.errors import ConfigError
+from logquake.guarantees import GUARANTEES
 from logquake.systems.base import NodeSetup, NodeSpec, System
+from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.server import (
     CLIENT_PORT,
     CLUSTER_PORT,
@@ -23,9 +28,11 @@ from logquake.systems.jetstream.server import (
     JetStreamLifecycle,
     JetStreamSettings,
     client_urls,
+    find_binary,
     monitor_json,
     node_not_ready,
     parse_settings,
+    server_version,
 )
 
 if TYPE_CHECKING:
@@ -34,6 +41,10 @@ if TYPE_CHECKING:
 __all__ = ["JETSTREAM", "settings"]
 
 NO_FAKETIME = "nats-server is a static Go binary, which libfaketime cannot reach"
+# The queue workload's transactions mix polls among their sends and send to any keys; a
+# batch is publishes to one stream, one key here (batch.py).
+TXN_READS = ("the queue workload's transactions poll and send to several keys; a JetStream "
+             "atomic batch only publishes, to one key")
 
 
 def settings(cfg: TestConfig) -> JetStreamSettings:
@@ -83,6 +94,22 @@ def _leaders(bootstrap: str, names: Mapping[int, str], timeout: float) -> dict[s
 
 def _check_config(cfg: TestConfig) -> None:
     settings(cfg)
+    _check_txn(cfg)
+
+
+def _check_txn(cfg: TestConfig) -> None:
+    """Refuse transactions where the server or the workload cannot give them (module docstring)."""
+    g = GUARANTEES.get(cfg.guarantee)
+    key = "txn" if cfg.txn else "guarantee" if g is not None and g.transactions else None
+    if key is None:
+        return
+    binary = find_binary(settings(cfg).binary)
+    version = server_version(binary)
+    if not batch.supports_atomic(version):
+        since = ".".join(map(str, batch.ATOMIC_SINCE))
+        raise ConfigError(key, f"nats-server {version} ({binary}) has no atomic batch publish, "
+                               f"which JetStream transactions are (nats-server {since} and later)")
+    raise ConfigError(key, TXN_READS)
 
 
 def _describe(cfg: TestConfig) -> dict[str, Any]:
@@ -92,7 +119,7 @@ def _describe(cfg: TestConfig) -> dict[str, Any]:
 JETSTREAM = System(
     name="jetstream",
     description="NATS JetStream: nats-server with routes and file storage on every node (Raft per stream)",
-    features=frozenset({"dedup", "consumer-groups"}),
+    features=frozenset({"dedup", "consumer-groups", "transactions"}),
     clients=("nats-py",),
     workloads=("queue",),
     make_lifecycle=_make_lifecycle,

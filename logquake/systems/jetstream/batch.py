@@ -1,0 +1,198 @@
+"""JetStream's atomic batch publish as the queue workload's transactions: the protocol, no I/O.
+
+nats-server 2.12 and later store a batch of publishes to one stream all together or not at
+all (ADR-50 in nats-io/nats-architecture-and-design; the server side is stream.go's atomic
+batch path). nats-py has no helper for it, so the adapter speaks the headers itself:
+
+- every message of a batch carries `Nats-Batch-Id` (one id per attempt, at most 64 bytes)
+  and `Nats-Batch-Sequence` (1, 2, ... with no gap); the last one also carries
+  `Nats-Batch-Commit: 1`. Each is sent as a request: the stream leader answers a message
+  it staged with an empty reply, and the commit with a PubAck whose `seq` is the stream
+  sequence of the batch's last message, plus `batch` (the id) and `count` (its messages);
+  the other messages hold the `count - 1` sequences before it.
+- the batch is staged on the stream's leader only and replicated as one proposal at the
+  commit. A batch whose commit is never sent is never stored: the leader drops it after
+  10 s without traffic, or when a message arrives out of sequence (the adapter's abort:
+  a commit with a gap, which the server rejects with "batch is incomplete"), or when its
+  leader changes (the new leader knows no such batch and rejects the commit).
+- one batch reaches one stream, and each key is a stream of its own (client.py), so a
+  transaction's sends must all name one key: a transaction spanning keys is refused
+  (`refusal`), never split into batches that could be stored one without the other.
+  Offsets stay each key's own stream sequences, so a batch's values sit at consecutive
+  offsets of their key, as a Kafka transaction's records sit in their partition.
+- a batch holds publishes only. Reads have no part in JetStream's promise, so a
+  transaction that polls is refused rather than run as reads beside the batch.
+
+What the client reports (fail only where nothing can have been stored, docs/architecture.md):
+the op is ok with the PubAck's offsets; fail when the commit was never sent (a message
+before it was refused or went unanswered: the batch was abandoned) or when the leader
+rejected the commit for a reason it checks before replicating anything (`_REJECTED`);
+info otherwise (no reply to the commit, a rejection that can come after the batch was
+proposed, an ack that does not confirm this batch).
+
+Reads need no special handling: the leader applies a committed batch under the lock its
+reads take, so a read returns all of a batch or none of it, and the checker's analyses of
+aborted reads (G1a), cycles (G1c) and torn transactions judge JetStream as they judge Kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from logquake.history import FAIL, INFO
+
+__all__ = ["ATOMIC_DISABLED", "ATOMIC_SINCE", "Committed", "Rejected", "Reply", "Staged", "Unexpected",
+           "abort_headers", "headers", "new_id", "parse_reply", "refusal", "supports_atomic", "version_tuple"]
+
+BATCH_ID = "Nats-Batch-Id"
+BATCH_SEQ = "Nats-Batch-Sequence"
+BATCH_COMMIT = "Nats-Batch-Commit"
+MSG_ID = "Nats-Msg-Id"
+#: The first nats-server release with atomic batch publish.
+ATOMIC_SINCE = (2, 12)
+MAX_MESSAGES = 1000  # the server's default cap on a batch
+ATOMIC_DISABLED = 10174  # the stream does not allow atomic publish (yet): turn it on, try again
+
+# The error codes of rejections the leader makes before it proposes the batch to its
+# replicas: a commit rejected with one of these stored nothing. A rejection with any other
+# code (a stream limit, an expected-sequence check) may also come from applying the
+# proposal, where messages before the failing one are already stored.
+_REJECTED: dict[int, str] = {
+    ATOMIC_DISABLED: "atomic publish disabled on the stream",
+    10175: "batch sequence missing",
+    10176: "batch incomplete: a gap, an unknown batch, or one abandoned by its leader",
+    10177: "a header batches do not support",
+    10179: "batch id invalid",
+    10199: "batch too large",
+    10200: "batch commit invalid",
+    10201: "batch contains a duplicate message id",
+    10210: "too many batches in flight",
+}
+# Of those, the rejections that would come again however often the same batch is tried.
+_FINAL = frozenset({10175, 10177, 10179, 10199, 10200, 10201})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Committed:
+    """The commit's PubAck: the batch is stored, its messages ending at stream sequence `last`."""
+
+    batch: str
+    count: int
+    last: int
+
+    def offsets(self) -> list[int]:
+        """Each message's stream sequence, in batch order."""
+        return list(range(self.last - self.count + 1, self.last + 1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejected:
+    """An error reply to a batch message: what the server said."""
+
+    code: int | None
+    description: str
+
+    def outcome(self) -> str:
+        """Of a rejected commit: `fail` when the rejection certainly stored nothing, else `info`.
+        (A rejected message before the commit is always `fail`: the batch never commits.)"""
+        return FAIL if self.code in _REJECTED else INFO
+
+    @property
+    def final(self) -> bool:
+        """Would the same batch be rejected again? (Else a retry may pass: a new leader, a
+        stream that now allows atomic publish, a free slot among the batches in flight.)"""
+        return self.code in _FINAL
+
+    def __str__(self) -> str:
+        return f"rejected ({self.code}): {self.description}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Staged:
+    """The empty reply to a message before the commit: the leader holds it for the batch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unexpected:
+    """A reply that is neither of the above: a PubAck for another batch or size, or none at
+    all (a server that ignored the batch headers and stored messages one by one). Whatever
+    was stored, the batch's promise was not kept: `info`."""
+
+    description: str
+
+    def __str__(self) -> str:
+        return self.description
+
+
+Reply = Committed | Rejected | Staged | Unexpected
+
+
+def new_id() -> str:
+    """A fresh batch id: one per attempt, so a retry never joins an abandoned batch."""
+    return uuid.uuid4().hex
+
+
+def headers(batch: str, seq: int, *, commit: bool, msg_id: str | None = None) -> dict[str, str]:
+    """The headers of the batch's `seq`-th message (from 1); `commit` on the last one."""
+    out = {BATCH_ID: batch, BATCH_SEQ: str(seq)}
+    if commit:
+        out[BATCH_COMMIT] = "1"
+    if msg_id is not None:
+        out[MSG_ID] = msg_id
+    return out
+
+
+def abort_headers(batch: str, staged: int) -> dict[str, str]:
+    """A commit that skips a sequence after `staged` messages: the leader drops the batch at
+    once (it would anyway, 10 s later) and frees its slot among the batches in flight."""
+    return headers(batch, staged + 2, commit=True)
+
+
+def parse_reply(data: bytes, *, batch: str, count: int) -> Reply:
+    """The server's reply to the `count`-th message of `batch`."""
+    if not data:
+        return Staged()
+    try:
+        reply: Any = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return Unexpected(description=f"reply is not JSON: {data[:80]!r}")
+    if not isinstance(reply, dict):
+        return Unexpected(description=f"reply is not a PubAck: {data[:80]!r}")
+    if isinstance(err := reply.get("error"), dict):
+        code = err.get("err_code")
+        return Rejected(code=code if isinstance(code, int) else None,
+                        description=str(err.get("description", err)))
+    seq, got_batch, got_count = reply.get("seq"), reply.get("batch"), reply.get("count")
+    if got_batch != batch or got_count != count or not isinstance(seq, int) or seq < count:
+        return Unexpected(description=f"PubAck does not confirm batch {batch} of {count}: {reply}")
+    return Committed(batch=batch, count=count, last=seq)
+
+
+def refusal(value: list[list[Any]]) -> str | None:
+    """Why a transaction's micro-ops cannot be one atomic batch, or None when they can."""
+    if any(m[0] != "send" for m in value):
+        return "a JetStream batch holds publishes only; this transaction also polls"
+    keys = sorted({m[1] for m in value})
+    if len(keys) != 1:
+        return f"a JetStream batch reaches one stream, one key; this transaction sends to keys {keys}"
+    if len(value) > MAX_MESSAGES:
+        return f"a JetStream batch holds at most {MAX_MESSAGES} messages, got {len(value)}"
+    return None
+
+
+def version_tuple(version: str) -> tuple[int, ...] | None:
+    """(2, 12, 0) from "v2.12.0" or "2.12.0-beta.1"; None when it names no version."""
+    core = version.strip().lstrip("v").split("-", 1)[0].split("+", 1)[0]
+    try:
+        return tuple(int(p) for p in core.split("."))
+    except ValueError:
+        return None
+
+
+def supports_atomic(version: str) -> bool:
+    """Does nats-server `version` ("v2.15.1") offer atomic batch publish?"""
+    parsed = version_tuple(version)
+    return parsed is not None and parsed[:2] >= ATOMIC_SINCE

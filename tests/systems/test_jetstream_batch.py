@@ -1,0 +1,155 @@
+"""batch.py, JetStream's atomic batch protocol without a server: headers, replies, verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from logquake.checker.options import CheckOptions
+from logquake.checker.queue import check_history
+from logquake.config import resolve_config
+from logquake.history import FAIL, INFO
+from logquake.systems.jetstream import batch
+from logquake.systems.jetstream.server import server_version
+from tests.checker.histories import H
+from tests.unit.test_system_config import _refused
+
+
+def _ack(**fields) -> bytes:
+    return json.dumps({"stream": "lq-1", **fields}).encode()
+
+
+def _error(code: int, description: str = "no") -> bytes:
+    return json.dumps({"stream": "lq-1", "error": {"code": 400, "err_code": code, "description": description}}).encode()
+
+
+def test_each_message_names_its_batch_and_place_and_only_the_last_commits() -> None:
+    assert batch.headers("b1", 1, commit=False) == {"Nats-Batch-Id": "b1", "Nats-Batch-Sequence": "1"}
+    assert batch.headers("b1", 3, commit=True, msg_id="7-3") == {
+        "Nats-Batch-Id": "b1", "Nats-Batch-Sequence": "3", "Nats-Batch-Commit": "1", "Nats-Msg-Id": "7-3"}
+
+
+def test_an_abort_commits_with_a_gap_so_the_leader_drops_the_batch() -> None:
+    assert batch.abort_headers("b1", 2) == {"Nats-Batch-Id": "b1", "Nats-Batch-Sequence": "4",
+                                            "Nats-Batch-Commit": "1"}
+
+
+def test_batch_ids_are_fresh_and_within_the_servers_64_bytes() -> None:
+    ids = {batch.new_id() for _ in range(100)}
+    assert len(ids) == 100 and all(len(i) <= 64 for i in ids)
+
+
+def test_the_commits_puback_gives_every_messages_offset() -> None:
+    got = batch.parse_reply(_ack(seq=12, batch="b1", count=3), batch="b1", count=3)
+    assert got == batch.Committed(batch="b1", count=3, last=12)
+    assert got.offsets() == [10, 11, 12]
+
+
+def test_an_empty_reply_is_a_staged_message() -> None:
+    assert batch.parse_reply(b"", batch="b1", count=1) == batch.Staged()
+
+
+@pytest.mark.parametrize("reply", [
+    _ack(seq=5),  # a server that ignored the batch headers and stored the message alone
+    _ack(seq=5, batch="other", count=2),
+    _ack(seq=5, batch="b1", count=3),
+    _ack(seq=1, batch="b1", count=2),  # a sequence too low to hold the batch
+    b"not json",
+    b"[1, 2]",
+])
+def test_a_reply_that_does_not_confirm_this_batch_is_unexpected(reply: bytes) -> None:
+    assert isinstance(batch.parse_reply(reply, batch="b1", count=2), batch.Unexpected)
+
+
+@pytest.mark.parametrize(("code", "outcome", "final"), [
+    (10176, FAIL, False),  # incomplete: a gap, or a new leader that never saw the batch
+    (10174, FAIL, False),  # the stream does not allow atomic publish yet
+    (10210, FAIL, False),  # too many batches in flight
+    (10201, FAIL, True),  # a duplicate Msg-Id: the same batch meets it again
+    (10200, FAIL, True),
+    (10071, INFO, False),  # wrong last sequence: also an error of applying a proposed batch
+    (10077, INFO, False),  # maximum messages exceeded, likewise
+])
+def test_a_rejected_commit_fails_only_for_rejections_made_before_replication(code: int, outcome: str,
+                                                                             final: bool) -> None:
+    got = batch.parse_reply(_error(code, "why"), batch="b1", count=2)
+    assert isinstance(got, batch.Rejected)
+    assert (got.code, got.outcome(), got.final) == (code, outcome, final)
+    assert str(got) == f"rejected ({code}): why"
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ([["send", 1, 1], ["poll"]], "polls"),
+    ([["send", 1, 1], ["send", 2, 1]], "keys [1, 2]"),
+    ([["send", 1, v] for v in range(1001)], "at most 1000"),
+])
+def test_transactions_a_batch_cannot_be_are_refused(value: list, words: str) -> None:
+    why = batch.refusal(value)
+    assert why is not None and words in why
+
+
+def test_sends_to_one_key_make_a_batch() -> None:
+    assert batch.refusal([["send", 3, 1], ["send", 3, 2]]) is None
+
+
+@pytest.mark.parametrize(("version", "ok"), [
+    ("v2.15.1", True), ("2.12.0", True), ("v2.12.0-RC.1", True), ("v3.0.0", True),
+    ("v2.11.9", False), ("v2.9.10", False), ("unknown", False), ("", False),
+])
+def test_atomic_publish_came_with_nats_server_2_12(version: str, ok: bool) -> None:
+    assert batch.supports_atomic(version) is ok
+
+
+# -- refused at config load, in one line naming the key (no server started) ------------------
+
+OLD_SERVER = next((p for p in ("/usr/bin/nats-server", "/usr/sbin/nats-server") if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.parametrize(("flags", "key"), [
+    (("--txn",), "txn"),
+    (("--guarantee", "exactly-once"), "guarantee"),  # it brings transactions with it
+])
+def test_transactions_that_read_are_refused(tmp_path: Path, flags: tuple[str, ...], key: str) -> None:
+    line = _refused(tmp_path, "--system", "jetstream", *flags)
+    assert f"ConfigError: {key}:" in line and "atomic batch only publishes" in line, line
+
+
+@pytest.mark.skipif(OLD_SERVER is None, reason="no nats-server older than 2.12 here (Debian's: apt-get install nats-server)")
+def test_a_server_without_atomic_batches_is_refused_naming_its_version(tmp_path: Path) -> None:
+    version = server_version(str(OLD_SERVER))
+    assert not batch.supports_atomic(version)
+    line = _refused(tmp_path, "--txn", yaml=f"system: jetstream\njetstream: {{binary: {OLD_SERVER}}}\n")
+    assert f"ConfigError: txn: nats-server {version} ({OLD_SERVER}) has no atomic batch publish" in line, line
+
+
+def test_without_transactions_an_old_server_is_not_asked_about() -> None:
+    cfg = resolve_config(None, {"system": "jetstream", "jetstream": {"binary": OLD_SERVER or sys.executable}})
+    assert not cfg.txn
+
+
+# -- the checker reads batch-shaped histories as it reads Kafka's ----------------------------
+
+def _batch_history(reads: list[tuple[int, int]]) -> list:
+    """A committed batch of 1, 2 at offsets 1-2 of key 1, an aborted one of 3, 4 (never
+    stored), one more send of 5 at offset 3; then a read of key 1 from the start."""
+    h = H()
+    h.txn(0, [("send", 1, 1, 1), ("send", 1, 2, 2)])
+    h.txn(1, [("send", 1, 3), ("send", 1, 4)], type="fail", abort=True)
+    h.send(0, 1, 5, offset=3)
+    h.assign(2, [1], seek_to_beginning=True)
+    h.poll(2, {1: reads})
+    return h.ops
+
+
+@pytest.mark.parametrize(("reads", "bad"), [
+    ([(1, 1), (2, 2), (3, 5)], set()),
+    ([(1, 1), (3, 5)], {"lost-write"}),  # half of a committed batch visible: torn
+    ([(1, 1), (2, 2), (3, 3)], {"G1a"}),  # a value of the aborted batch visible
+])
+def test_the_checker_judges_batches_as_transactions(reads: list, bad: set) -> None:
+    r = check_history(_batch_history(reads), CheckOptions(txn=True))
+    assert r["valid"] is (not bad) and bad <= set(r["bad_error_types"]), r["bad_error_types"]

@@ -1,0 +1,193 @@
+"""Transactions as atomic batches, against real nats-server processes (the pinned 2.15.1).
+
+Start servers: run under the heavy lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+import pytest
+
+from logquake.history import FAIL, OK
+from logquake.systems.jetstream import batch
+from logquake.systems.jetstream.client import JetStreamClient
+from logquake.systems.jetstream.server import JetStreamSettings
+from logquake.workloads.client import Validated
+
+from .jskit import local_lifecycle, running, stream_leader
+from .test_jetstream_batch import OLD_SERVER
+from .test_jetstream_client import _op, _read_all
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with running(local_lifecycle(tmp_path_factory.mktemp("jsb"))) as lc:
+        yield lc
+
+
+def _client(lc, **kw) -> Validated:
+    c = Validated(JetStreamClient(replicas=3, op_timeout=8.0, txn=True, **kw))
+    c.open(lc.bootstrap())
+    return c
+
+
+def _sends(k, *values) -> list[list]:
+    return [["send", k, v] for v in values]
+
+
+def test_a_committed_batch_is_acked_with_its_keys_offsets_and_read_whole(cluster):
+    c = _client(cluster)
+    try:
+        first = c.invoke(_op("send", _sends(1, 1, 2, 3)))
+        assert (first.type, first.value) == (OK, [["send", 1, [1, 1]], ["send", 1, [2, 2]], ["send", 1, [3, 3]]])
+        # A batch of one send is a transaction too; the key's offsets go on where the last ended.
+        one = c.invoke(_op("send", _sends(1, 4)))
+        assert (one.type, one.value) == (OK, [["send", 1, [4, 4]]])
+        assert _read_all(c, 1) == [[1, 1], [2, 2], [3, 3], [4, 4]]
+    finally:
+        c.close()
+
+
+def test_a_batch_the_server_rejects_is_not_read_at_all(cluster):
+    c = _client(cluster, producer={"idempotence": True})
+    try:
+        # Twice the same Msg-Id in one batch: the leader rejects the commit before replicating.
+        rejected = c.invoke(_op("send", _sends(2, 1, 2, 1)))
+        assert rejected.type == FAIL and "10201" in rejected.get("error"), rejected
+        ok = c.invoke(_op("send", _sends(2, 3, 4)))
+        assert (ok.type, ok.value) == (OK, [["send", 2, [1, 3]], ["send", 2, [2, 4]]])
+        assert _read_all(c, 2) == [[1, 3], [2, 4]]
+    finally:
+        c.close()
+
+
+def test_an_aborted_batch_is_staged_then_dropped_and_never_read(cluster):
+    c = _client(cluster)
+    try:
+        assert c.invoke(_op("send", _sends(3, 1))).type == OK
+        aborted = c.invoke(_op("txn", _sends(3, 2, 3), abort=True))
+        assert aborted.type == FAIL and "aborted on purpose" in aborted.get("error"), aborted
+        after = c.invoke(_op("send", _sends(3, 4)))
+        assert (after.type, after.value) == (OK, [["send", 3, [2, 4]]])
+        assert _read_all(c, 3) == [[1, 1], [2, 4]]
+    finally:
+        c.close()
+
+
+def test_a_stream_made_without_atomic_publish_gets_it_and_the_batch_goes_through(cluster):
+    plain = Validated(JetStreamClient(replicas=3, op_timeout=8.0))
+    plain.open(cluster.bootstrap())
+    c = _client(cluster)
+    try:
+        assert plain.invoke(_op("send", _sends(4, 1))).value == [["send", 4, [1, 1]]]
+        done = c.invoke(_op("send", _sends(4, 2, 3)))
+        assert (done.type, done.value) == (OK, [["send", 4, [2, 2]], ["send", 4, [3, 3]]])
+        assert _read_all(c, 4) == [[1, 1], [2, 2], [3, 3]]
+    finally:
+        plain.close()
+        c.close()
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ([["send", 5, 1], ["send", 6, 1]], "one key"),
+    ([["send", 5, 1], ["poll"]], "publishes only"),
+])
+def test_a_transaction_no_batch_can_hold_fails_without_sending(cluster, value, words):
+    c = _client(cluster)
+    try:
+        done = c.invoke(_op("txn", value))
+        assert done.type == FAIL and words in done.get("error"), done
+        assert _read_all(c, 5) == []
+    finally:
+        c.close()
+
+
+@pytest.mark.skipif(OLD_SERVER is None, reason="no nats-server older than 2.12 here (Debian's: apt-get install nats-server)")
+def test_a_server_without_atomic_batches_gets_no_transaction(tmp_path):
+    # Such a server would store each message of a "batch" on its own: the client asks first.
+    with running(local_lifecycle(tmp_path, n=1, settings=JetStreamSettings(binary=OLD_SERVER))) as lc:
+        c = Validated(JetStreamClient(replicas=1, op_timeout=8.0, txn=True))
+        c.open(lc.bootstrap())
+        try:
+            done = c.invoke(_op("send", _sends(1, 1, 2)))
+            assert done.type == FAIL and "has no atomic batch publish" in done.get("error"), done
+            assert _read_all(c, 1) == []
+        finally:
+            c.close()
+
+
+def _leader_among(lc, nodes, stream) -> str | None:
+    """The leader of `stream` as the first of `nodes` that answers reports it."""
+    for node in nodes:
+        try:
+            jsz = lc.monitoring(node, "jsz?streams=true")
+        except OSError:
+            continue
+        for account in jsz.get("account_details") or []:
+            for st in account.get("stream_detail") or []:
+                if st["name"] == stream:
+                    return (st.get("cluster") or {}).get("leader")
+    return None
+
+
+def test_a_batch_staged_on_a_leader_that_dies_is_never_stored(tmp_path):
+    with running(local_lifecycle(tmp_path)) as lc:
+        c = _client(lc)
+        try:
+            assert c.invoke(_op("send", _sends(9, 1))).type == OK  # the stream, allowing atomic publish
+        finally:
+            c.close()
+        leader = stream_leader(lc, "lq-9")
+        survivors = [s.name for s in lc.specs if s.name != leader]
+        bid = batch.new_id()
+
+        async def stage(nc, seq: int) -> batch.Reply:
+            reply = await nc.request("lq.9", str(seq + 1).encode(), timeout=5.0,
+                                     headers=batch.headers(bid, seq, commit=seq == 3))
+            return batch.parse_reply(reply.data, batch=bid, count=seq)
+
+        async def before_the_kill() -> list[batch.Reply]:
+            nc = await nats.connect(servers=lc.bootstrap().split(","))
+            try:
+                return [await stage(nc, 1), await stage(nc, 2)]
+            finally:
+                await nc.close()
+
+        assert asyncio.run(before_the_kill()) == [batch.Staged(), batch.Staged()]
+        # Staged is not stored: nothing of the batch is readable before its commit.
+        assert _read_key(lc, survivors[0]) == [[1, 1]]
+        lc.kill(leader)
+        deadline = time.monotonic() + 60
+        while _leader_among(lc, survivors, "lq-9") in (None, leader):
+            assert time.monotonic() < deadline, "no new leader for lq-9"
+            time.sleep(0.2)
+
+        async def commit() -> batch.Reply:
+            spec = lc.spec(survivors[0])
+            nc = await nats.connect(f"nats://{spec.address}:{spec.client_port}")
+            try:
+                while True:
+                    try:
+                        return await stage(nc, 3)
+                    except nats.errors.TimeoutError:  # a leader not serving yet does not answer
+                        assert time.monotonic() < deadline, "the commit was never answered"
+            finally:
+                await nc.close()
+
+        got = asyncio.run(commit())
+        # The new leader never saw messages 1 and 2: it rejects the commit, before replicating.
+        assert isinstance(got, batch.Rejected) and got.code == 10176 and got.outcome() == FAIL, got
+        assert _read_key(lc, survivors[0]) == [[1, 1]]
+
+
+def _read_key(lc, node) -> list[list[int]]:
+    spec = lc.spec(node)
+    c = Validated(JetStreamClient(replicas=3, op_timeout=8.0))
+    c.open(f"nats://{spec.address}:{spec.client_port}")
+    try:
+        return _read_all(c, 9)
+    finally:
+        c.close()

@@ -159,6 +159,8 @@ class System:
     fault needing it is refused; `check_config` raises ConfigError for the system's own keys
     (`settings_key`, e.g. `jetstream:`), and `describe` gives test.json's facts about the
     servers run (binary, version), stored as `server` beside the keys; {} for none.
+    `txn_writes_one_key`: a transaction can only be sends to one key (JetStream's atomic batch
+    publishes to one stream), so the workload never puts a poll or a second key in one.
     """
 
     name: str
@@ -177,6 +179,7 @@ class System:
     max_partitions: int | None = None
     unmet_needs: Mapping[str, str] = field(default_factory=dict)
     settings_key: str | None = None
+    txn_writes_one_key: bool = False
     check_config: Callable[[TestConfig], None] = lambda cfg: None
     describe: Callable[[TestConfig], dict[str, Any]] = lambda cfg: {}
 

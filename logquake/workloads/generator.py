@@ -94,6 +94,7 @@ class QueueGenerator:
         max_writes_per_key: int = 1024,
         abort_fraction: float | None = None,
         first_key: int = 0,
+        one_key_txns: bool = False,
     ) -> None:
         if abort_fraction is not None and not 0 <= abort_fraction <= 1:
             raise ValueError(f"abort_fraction must be within [0, 1], got {abort_fraction}")
@@ -101,6 +102,9 @@ class QueueGenerator:
         self.abort_fraction = (ABORT_FRACTION if txn else 0.0) if abort_fraction is None else abort_fraction
         self.rng = random.Random(f"keys-{seed}")
         self.txn = txn
+        # A transaction is sends to one key and nothing else (JetStream's atomic batch is
+        # publishes to one stream); polls then go alone, outside transactions.
+        self.one_key_txns = one_key_txns
         self.sub_via = sub_via
         self.max_writes_per_key = max_writes_per_key
         self._next_key = first_key  # keys are numbered from here (a benchmark's fresh topics)
@@ -161,7 +165,7 @@ class QueueGenerator:
         if rng.randrange(CRASH_ONE_IN) == 0:
             return _invoke(ctx, "crash", None)
         n = rng.randint(1, 4) if self.txn else 1
-        value = [self._micro(rng) for _ in range(n)]
+        value = self._one_key_sends(rng, n) if self.txn and self.one_key_txns else [self._micro(rng) for _ in range(n)]
         if self.txn and self.abort_fraction and rng.random() < self.abort_fraction:
             if any(m[0] == "send" for m in value):  # a read-only transaction has nothing to abort
                 return _invoke(ctx, micro_f(value), value, abort=True)
@@ -172,6 +176,13 @@ class QueueGenerator:
             k = rng.choice(self.active)
             return ["send", k, self._write(k)]
         return ["poll"]
+
+    def _one_key_sends(self, rng: random.Random, n: int) -> list[list[Any]]:
+        """A lone poll half the time, else up to n sends to one key (no more than its budget)."""
+        if rng.random() < 0.5:
+            return [["poll"]]
+        k = rng.choice(self.active)
+        return [["send", k, self._write(k)] for _ in range(min(n, self.budget[k]))]
 
     def _assign_op(self, ctx: Context, rng: random.Random) -> Op:
         n = rng.randint(1, len(self.active))

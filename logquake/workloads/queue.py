@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from logquake.config import TestConfig
+from logquake.systems.base import get_system
 from logquake.workloads.client import Client, KeyMap
 from logquake.workloads.generator import QueueGenerator
 
@@ -16,7 +17,8 @@ def producer_settings(cfg: TestConfig) -> dict[str, Any]:
 
 def make_generator(cfg: TestConfig, *, first_key: int = 0) -> QueueGenerator:
     assert cfg.seed is not None, "resolve the seed first (TestConfig.with_seed)"
-    return QueueGenerator(seed=cfg.seed, txn=cfg.txn, sub_via=cfg.sub_via, first_key=first_key)
+    return QueueGenerator(seed=cfg.seed, txn=cfg.txn, sub_via=cfg.sub_via, first_key=first_key,
+                          one_key_txns=get_system(cfg.system).txn_writes_one_key)
 
 
 def make_client(cfg: TestConfig, **kw: Any) -> Client:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,12 @@ import pytest
 from logquake.checker.options import CheckOptions
 from logquake.checker.queue import check_history
 from logquake.config import resolve_config
-from logquake.history import FAIL, INFO
+from logquake.guarantees import apply_guarantee
+from logquake.history import FAIL, INFO, OK
 from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.server import server_version
+from logquake.workloads.generator import Context
+from logquake.workloads.queue import make_generator
 from tests.checker.histories import H
 from tests.unit.test_system_config import _refused
 
@@ -109,13 +113,26 @@ def test_atomic_publish_came_with_nats_server_2_12(version: str, ok: bool) -> No
 OLD_SERVER = next((p for p in ("/usr/bin/nats-server", "/usr/sbin/nats-server") if os.access(p, os.X_OK)), None)
 
 
-@pytest.mark.parametrize(("flags", "key"), [
-    (("--txn",), "txn"),
-    (("--guarantee", "exactly-once"), "guarantee"),  # it brings transactions with it
-])
-def test_transactions_that_read_are_refused(tmp_path: Path, flags: tuple[str, ...], key: str) -> None:
-    line = _refused(tmp_path, "--system", "jetstream", *flags)
-    assert f"ConfigError: {key}:" in line and "atomic batch only publishes" in line, line
+@pytest.mark.parametrize("values", [{"txn": True}, {"guarantee": "exactly-once"}])  # it brings txn
+def test_transactions_on_the_pinned_server_are_accepted(values: dict) -> None:
+    assert apply_guarantee(resolve_config(None, {"system": "jetstream", **values})).txn
+
+
+def test_the_workload_makes_batches_a_jetstream_transaction_can_hold() -> None:
+    cfg = resolve_config(None, {"system": "jetstream", "txn": True, "seed": 7})
+    gen = make_generator(cfg)
+    ops = []
+    for w in range(4):
+        ctx = Context(worker=w, process=w)
+        for _ in range(300):
+            op = gen.op(ctx)
+            ops.append(op)
+            if op.f == "assign":  # answered, so the worker goes on to sends and polls
+                gen.update(ctx, replace(op, type=OK))
+    txns = [op.value for op in ops if op.f in ("send", "txn")]
+    assert txns and all(batch.refusal(value) is None for value in txns)
+    assert any(len(value) > 1 for value in txns)
+    assert any(op.f == "poll" and op.value == [["poll"]] for op in ops)  # polls go alone
 
 
 @pytest.mark.skipif(OLD_SERVER is None, reason="no nats-server older than 2.12 here (Debian's: apt-get install nats-server)")

@@ -30,7 +30,6 @@ def _refused(tmp_path: Path, *flags: str, yaml: str = "") -> str:
 
 @pytest.mark.parametrize(("flags", "yaml", "key", "words"), [
     ((), "system: jetstream\njetstream: {sync_intervall: always}\n", "jetstream.sync_intervall", "unknown setting"),
-    (("--system", "jetstream", "--txn"), "", "txn", "transactions poll"),
     (("--system", "jetstream", "--client", "confluent"), "", "client", "nats-py"),
     (("--system", "jetstream", "--nemesis", "clock"), "", "nemesis", "static Go binary"),
 ])

@@ -54,7 +54,7 @@ def _capable(target: Cluster, family: str, capability: type[C]) -> C:
     return lc
 
 
-def _lazy(target: Cluster, family: str) -> None:
+def _require_lazyfs(target: Cluster, family: str) -> None:
     """ConfigError naming the fault when the nodes' data dirs cannot lose unsynced writes."""
     if not target.needs.lazyfs:
         raise ConfigError("nemesis", f"{family} needs LazyFS data directories (FUSE), which this cluster has not",
@@ -429,7 +429,7 @@ class _CrashWhileAway:
     def __init__(self, target: Cluster, rng: random.Random, *, hold: float = 5.0) -> None:
         self.target, self.rng, self.hold = target, rng, hold
         self.killer = _capable(target, self.name, Kill)
-        _lazy(target, self.name)
+        _require_lazyfs(target, self.name)
         if len(target.nodes) < 2:
             raise ConfigError("nemesis", f"{self.name} needs at least 2 nodes, got {len(target.nodes)}")
         self.crashed: list[str] = []

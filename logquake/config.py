@@ -11,7 +11,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     rate              target ops/s over all workers                                  (100)
     concurrency       number of client workers                                       (10)
     nemesis           faults to inject: partition, kill, pause, clock, disk,
-                      packet-loss, stale-leader, each optionally family:variant
+                      packet-loss, stale-leader, pause-kill, partition-kill,
+                      each optionally family:variant
                       (partition:leader); a list, or comma-separated; none = no faults
                       ([]; `logquake run`: RUN_DEFAULTS, partition and kill)
     nemesis_interval  mean seconds between fault start/stop flips                    (10)
@@ -279,6 +280,8 @@ def _check_system(cfg: TestConfig) -> None:
         for need, why in system.unmet_needs.items():
             if needs is not None and getattr(needs, need):
                 raise ConfigError("nemesis", f"{family} faults cannot run on {cfg.system}: {why}")
+    if "disk:corrupt-tail" in cfg.nemesis and not system.data_files:
+        raise ConfigError("nemesis", f"disk:corrupt-tail cannot run on {system.name}: it declares no data files to tear")
     system.check_config(cfg)
 
 

@@ -20,7 +20,9 @@ from logquake.nemesis.faults import (
     KillFault,
     PacketLossFault,
     PartitionFault,
+    PartitionKillFault,
     PauseFault,
+    PauseKillFault,
     StaleLeaderFault,
 )
 from logquake.nemesis.grudges import (
@@ -60,7 +62,9 @@ __all__ = [
     "NoopNemesis",
     "PacketLossFault",
     "PartitionFault",
+    "PartitionKillFault",
     "PauseFault",
+    "PauseKillFault",
     "StaleLeaderFault",
     "build_nemesis",
     "complete_grudge",

@@ -11,6 +11,7 @@ import logging
 import random
 from collections.abc import Sequence
 
+from logquake.cluster.backends import system_for
 from logquake.cluster.cluster import Cluster
 from logquake.config import TestConfig
 from logquake.errors import ConfigError
@@ -20,7 +21,9 @@ from logquake.nemesis.faults import (
     KillFault,
     PacketLossFault,
     PartitionFault,
+    PartitionKillFault,
     PauseFault,
+    PauseKillFault,
     StaleLeaderFault,
 )
 from logquake.nemesis.grudges import CLIENTS
@@ -32,7 +35,8 @@ __all__ = ["FAMILIES", "FAULTS", "CombinedNemesis", "build_nemesis", "fault_fami
 
 # Every fault family, by the name a spec uses.
 FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
-    PartitionFault, KillFault, PauseFault, ClockFault, DiskFault, PacketLossFault, StaleLeaderFault)}
+    PartitionFault, KillFault, PauseFault, ClockFault, DiskFault, PacketLossFault, StaleLeaderFault,
+    PauseKillFault, PartitionKillFault)}
 FAMILIES = tuple(FAULTS)
 
 
@@ -96,15 +100,22 @@ class CombinedNemesis:
             log.warning("nemesis teardown: %s", e)
 
 
-def make_faults(names: Sequence[str], target: Cluster, rng: random.Random, net: Net) -> list[Fault]:
+def make_faults(names: Sequence[str], target: Cluster, rng: random.Random, net: Net, *,
+                data_files: Sequence[str] = ()) -> list[Fault]:
+    """One Fault per family named in `names`; ConfigError for an unknown family or variant.
+
+    `data_files` are the system's data-file globs (`System.data_files`), which corrupt-tail tears.
+    """
     makers = {
         "partition": lambda: PartitionFault(target, net, rng),
         "kill": lambda: KillFault(target, rng),
         "pause": lambda: PauseFault(target, rng),
         "clock": lambda: ClockFault(target, rng),
-        "disk": lambda: DiskFault(target, rng),
+        "disk": lambda: DiskFault(target, rng, data_files=data_files),
         "packet-loss": lambda: PacketLossFault(target, net, rng),
         "stale-leader": lambda: StaleLeaderFault(target, net, rng),
+        "pause-kill": lambda: PauseKillFault(target, rng),
+        "partition-kill": lambda: PartitionKillFault(target, net, rng),
     }
     unknown = [f for f in fault_families(names) if f not in FAULTS]
     if unknown:
@@ -130,4 +141,5 @@ def build_nemesis(cfg: TestConfig, cluster: Cluster) -> Nemesis:
     if cluster.harness_address:
         addresses[CLIENTS] = cluster.harness_address
     net = Net(cluster.hosts, addresses, iptables=cluster.iptables)
-    return CombinedNemesis(make_faults(cfg.nemesis, cluster, rng, net), net=net, specs=cfg.nemesis)
+    faults = make_faults(cfg.nemesis, cluster, rng, net, data_files=system_for(cfg).data_files)
+    return CombinedNemesis(faults, net=net, specs=cfg.nemesis)

@@ -1,11 +1,14 @@
-"""Runs on a node (through Host.exec) to damage a stopped broker's data the way a crash can.
+"""Runs on a node (through Host.exec) to damage a stopped node's data the way a crash can.
 
-    python -m logquake.nemesis.disktool corrupt-tail DATA_DIR --mode truncate|flip --bytes N --seed S
+    python -m logquake.nemesis.disktool corrupt-tail DATA_DIR --files GLOB [--files GLOB ...]
+        --mode truncate|flip --bytes N --seed S
 
-Picks the newest non-empty segment file (`*.seg`, else `*.log`, else any file) under DATA_DIR
-and either cuts its last N bytes (a torn write) or flips one random bit in each of its last N
-bytes (a misdirected or rotten write). Prints one line saying what it did; exits 0 with
-"nothing to corrupt" when there is no segment yet.
+Picks the newest non-empty file under DATA_DIR matching one of the system's data-file globs
+(`System.data_files`: the broker's `**/*.seg`, JetStream's stream message blocks) and either
+cuts its last N bytes (a torn write) or flips one random bit in each of its last N bytes (a
+misdirected or rotten write). Never any other file: damage to an index or a config file is
+a different fault, and a system may rightly refuse to start on it. Prints one line saying
+what it did; exits 0 with "nothing to corrupt" when no data file exists yet.
 """
 
 from __future__ import annotations
@@ -14,17 +17,13 @@ import argparse
 import os
 import random
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-SUFFIXES = (".seg", ".log")
 
-
-def newest_segment(data_dir: Path) -> Path | None:
-    files = [p for p in data_dir.rglob("*") if p.is_file() and p.stat().st_size > 0]
-    for suffix in SUFFIXES:
-        pool = [p for p in files if p.suffix == suffix]
-        if pool:
-            return max(pool, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+def newest_data_file(data_dir: Path, patterns: Sequence[str]) -> Path | None:
+    """The most recently modified non-empty file under data_dir matching a pattern; None if none."""
+    files = {p for pattern in patterns for p in data_dir.glob(pattern) if p.is_file() and p.stat().st_size > 0}
     return max(files, key=lambda p: (p.stat().st_mtime_ns, str(p))) if files else None
 
 
@@ -52,15 +51,17 @@ def main(argv: list[str]) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("corrupt-tail")
     c.add_argument("data_dir", type=Path)
+    c.add_argument("--files", action="append", required=True, metavar="GLOB",
+                   help="a data-file pattern relative to data_dir (repeatable)")
     c.add_argument("--mode", choices=("truncate", "flip"), default="truncate")
     c.add_argument("--bytes", type=int, default=64)
     c.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    seg = newest_segment(args.data_dir)
-    if seg is None:
-        print(f"nothing to corrupt in {args.data_dir}")
+    path = newest_data_file(args.data_dir, args.files)
+    if path is None:
+        print(f"nothing to corrupt in {args.data_dir} ({', '.join(args.files)})")
         return 0
-    print(corrupt_tail(seg, mode=args.mode, nbytes=args.bytes, rng=random.Random(args.seed)))
+    print(corrupt_tail(path, mode=args.mode, nbytes=args.bytes, rng=random.Random(args.seed)))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The fault families: partition, kill, pause, clock, disk, packet-loss.
+"""The fault families: partition, kill, pause, clock, disk, packet-loss, and the combinations
+that bite replicated logs hardest: stale-leader, pause-kill, partition-kill.
 
 Each decides with pure helpers (grudges, targets) and a seeded RNG, acts through the cluster's
 hosts and its system's node lifecycle, declares what it needs from the nodes (`needs`), and
@@ -33,7 +34,7 @@ from logquake.systems.base import Kill, NodeNeeds, Pause
 C = TypeVar("C", Kill, Pause)
 
 __all__ = ["PartitionFault", "KillFault", "PauseFault", "ClockFault", "DiskFault", "PacketLossFault",
-           "StaleLeaderFault"]
+           "StaleLeaderFault", "PauseKillFault", "PartitionKillFault"]
 
 
 def _leaders(target: Cluster) -> list[str]:
@@ -51,6 +52,24 @@ def _capable(target: Cluster, family: str, capability: type[C]) -> C:
         raise ConfigError("nemesis", f"{family} needs nodes that can {capability.__name__.lower()}; "
                           f"{type(lc).__name__} cannot")
     return lc
+
+
+def _require_lazyfs(target: Cluster, family: str) -> None:
+    """ConfigError naming the fault when the nodes' data dirs cannot lose unsynced writes."""
+    if not target.needs.lazyfs:
+        raise ConfigError("nemesis", f"{family} needs LazyFS data directories (FUSE), which this cluster has not",
+                          hint="run it on the lab backend as root or with /dev/fuse usable")
+
+
+def _crash_losing_unsynced(target: Cluster, killer: Kill, nodes: Sequence[str]) -> None:
+    """SIGKILL `nodes`, then drop every write to their data dirs that was not fsynced.
+
+    Every node is down before any loses data: a power cut, not a rolling crash.
+    """
+    for n in nodes:
+        killer.kill(n)
+    for n in nodes:
+        drop_unsynced(target.hosts[n], target.lifecycle.spec(n))
 
 
 def _targets(target: Cluster, rng: random.Random, kind: str | None) -> list[str]:
@@ -246,12 +265,14 @@ class ClockFault:
 
 
 class DiskFault:
-    """Crash brokers and damage what a crash can: unsynced writes lost, or a torn segment tail.
+    """Crash nodes and damage what a crash can: unsynced writes lost, or a torn data-file tail.
 
     lose-unfsynced crashes a minority and drops their unsynced writes; power-loss does that to
     every node at once (Jepsen's "kill all, lose unfsynced": only what a majority fsynced before
     the ack survives). Both need the LazyFS data directories, which the backend grants where
-    it has FUSE; corrupt-tail works on any host. stop restarts the crashed brokers.
+    it has FUSE. corrupt-tail works on any host: it tears the newest of the system's data
+    files (`data_files`, globs relative to the data dir; `System.data_files`) on a crashed
+    minority, and is not offered for a system that declares none. stop restarts the crashed nodes.
     """
 
     KINDS = ("lose-unfsynced", "corrupt-tail", "power-loss", "power-loss-majority")
@@ -259,14 +280,19 @@ class DiskFault:
     name = "disk"
     needs = NodeNeeds(lazyfs=True)
 
-    def __init__(self, target: Cluster, rng: random.Random) -> None:
+    def __init__(self, target: Cluster, rng: random.Random, *, data_files: Sequence[str] = ()) -> None:
         self.target, self.rng = target, rng
         self.killer = _capable(target, self.name, Kill)
         self.crashed: list[str] = []
+        self.data_files = tuple(data_files)
         lazy = target.needs.lazyfs
+        tear = ("corrupt-tail",) if self.data_files else ()
         # power-loss is named explicitly (`disk:power-loss`): the seeded random draw stays as it was.
-        self.variants = ("lose-unfsynced", "corrupt-tail") if lazy else ("corrupt-tail",)
-        self.accepts = self.KINDS if lazy else ("corrupt-tail",)
+        self.variants = ("lose-unfsynced", *tear) if lazy else tear
+        self.accepts = tuple(k for k in self.KINDS if (k in tear if k == "corrupt-tail" else lazy))
+        if not self.accepts:
+            raise ConfigError("nemesis", "disk faults need LazyFS data directories (FUSE) or the system's data "
+                              "files for corrupt-tail; this cluster has neither")
         self.lazy = lazy
 
     def start(self, variant: str) -> str:
@@ -275,24 +301,24 @@ class DiskFault:
             raise ValueError(f"unknown disk fault {kind!r}; allowed: {', '.join(self.KINDS)}")
         if kind != "corrupt-tail" and not self.lazy:
             raise ValueError(f"disk:{kind} needs LazyFS data directories (FUSE), which this cluster has not")
+        if kind not in self.accepts:
+            raise ValueError(f"disk:{kind} needs the system's data files, and it declares none")
         who = {"power-loss": "all", "power-loss-majority": "majority"}.get(kind, "minority")
         nodes = _targets(self.target, self.rng, who)
-        for n in nodes:  # every node down before any loses data: a power cut, not a rolling crash
-            self.killer.kill(n)
-        done = []
-        for n in nodes:
-            if kind != "corrupt-tail":
-                drop_unsynced(self.target.hosts[n], self.target.lifecycle.spec(n))
-                done.append(f"{n}: unsynced writes dropped")
-            else:
-                done.append(f"{n}: {self._corrupt(n)}")
+        if kind == "corrupt-tail":
+            for n in nodes:
+                self.killer.kill(n)
+            done = [f"{n}: {self._corrupt(n)}" for n in nodes]
+        else:
+            _crash_losing_unsynced(self.target, self.killer, nodes)
+            done = [f"{n}: unsynced writes dropped" for n in nodes]
         self.crashed = sorted(set(self.crashed) | set(nodes))
         return f"{kind}: " + "; ".join(done)
 
     def _corrupt(self, node: str) -> str:
         mode = self.rng.choice(("truncate", "flip"))
         argv = [self.target.python, "-m", "logquake.nemesis.disktool", "corrupt-tail",
-                self.target.lifecycle.spec(node).data_dir,
+                self.target.lifecycle.spec(node).data_dir, *(a for g in self.data_files for a in ("--files", g)),
                 "--mode", mode, "--bytes", str(self.rng.randint(1, 256)), "--seed", str(self.rng.randrange(2**31))]
         return run_checked(self.target.hosts[node], argv, timeout=60).strip()
 
@@ -381,3 +407,113 @@ class StaleLeaderFault:
         self.net.heal(thorough=True)
         for n in self.target.nodes:
             self.target.lifecycle.start(n)
+
+
+class _CrashWhileAway:
+    """One node crashes and loses its unsynced writes while another is cut off (pause or partition).
+
+    The sequence that turns a lost unsynced tail into lost acknowledged writes: `away` is cut
+    off first, the rest go on committing writes `away` lacks for `hold` s, then `crashed` (a
+    node that holds them) is SIGKILLed and loses what it had not fsynced. Only the nodes left
+    hold those writes now. stop restarts `crashed` and lets `away` back at once, so the two
+    (one with a truncated log, one with a stale one) meet again with the rest: a system whose
+    votes or acknowledgements trusted unfsynced state can elect between them and drop writes
+    it acknowledged. Needs a cluster of at least 2 nodes with LazyFS data dirs.
+    """
+
+    name: str
+    needs = NodeNeeds(lazyfs=True)
+    variants: Sequence[str] = ()
+    accepts: Sequence[str] = ()
+
+    def __init__(self, target: Cluster, rng: random.Random, *, hold: float = 5.0) -> None:
+        self.target, self.rng, self.hold = target, rng, hold
+        self.killer = _capable(target, self.name, Kill)
+        _require_lazyfs(target, self.name)
+        if len(target.nodes) < 2:
+            raise ConfigError("nemesis", f"{self.name} needs at least 2 nodes, got {len(target.nodes)}")
+        self.crashed: list[str] = []
+        self.away: list[str] = []
+
+    def _cut_off(self, node: str) -> str:
+        """Cut `node` off from the others; say how."""
+        raise NotImplementedError
+
+    def _let_back(self, nodes: Sequence[str]) -> str:
+        """Undo `_cut_off` for `nodes`; say how."""
+        raise NotImplementedError
+
+    def _let_all_back(self) -> None:
+        """Undo any `_cut_off` of any node, whatever this object believes (the final heal)."""
+        raise NotImplementedError
+
+    def start(self, variant: str) -> str:
+        crashed, away = self.rng.sample(list(self.target.nodes), 2)
+        self.away = sorted({*self.away, away})
+        cut = self._cut_off(away)
+        time.sleep(self.hold)
+        self.crashed = sorted({*self.crashed, crashed})
+        _crash_losing_unsynced(self.target, self.killer, [crashed])
+        return f"{cut}; {self.hold:g} s later crashed {crashed}, its unsynced writes dropped"
+
+    def stop(self) -> str:
+        crashed, self.crashed = self.crashed, []
+        away, self.away = self.away, []
+        try:
+            for n in crashed:
+                self.target.lifecycle.start(n)
+        finally:  # a node that failed to start must not leave the other one cut off
+            back = self._let_back(away)
+        return f"started {','.join(crashed) or 'nothing'}; {back}"
+
+    def heal(self) -> None:
+        self.crashed, self.away = [], []
+        self._let_all_back()
+        for n in self.target.nodes:
+            self.target.lifecycle.start(n)
+
+
+class PauseKillFault(_CrashWhileAway):
+    """pause-kill: a node crashes, losing its unsynced writes, while another is paused (SIGSTOP)."""
+
+    name = "pause-kill"
+
+    def __init__(self, target: Cluster, rng: random.Random, *, hold: float = 5.0) -> None:
+        super().__init__(target, rng, hold=hold)
+        self.pauser = _capable(target, self.name, Pause)
+
+    def _cut_off(self, node: str) -> str:
+        self.pauser.pause(node)
+        return f"paused {node}"
+
+    def _let_back(self, nodes: Sequence[str]) -> str:
+        for n in nodes:
+            self.pauser.resume(n)
+        return f"resumed {','.join(nodes) or 'nothing'}"
+
+    def _let_all_back(self) -> None:
+        for n in self.target.nodes:
+            self.pauser.resume(n)
+
+
+class PartitionKillFault(_CrashWhileAway):
+    """partition-kill: a node crashes, losing its unsynced writes, while another is partitioned
+    away from every other node (the clients still reach it)."""
+
+    name = "partition-kill"
+
+    def __init__(self, target: Cluster, net: Net, rng: random.Random, *, hold: float = 5.0) -> None:
+        super().__init__(target, rng, hold=hold)
+        self.net = net
+
+    def _cut_off(self, node: str) -> str:
+        grudge = complete_grudge([[node], [n for n in self.target.nodes if n != node]])
+        self.net.drop(grudge)
+        return f"isolated {node}: {describe_grudge(grudge)}"
+
+    def _let_back(self, nodes: Sequence[str]) -> str:
+        self.net.heal()
+        return "network healed"
+
+    def _let_all_back(self) -> None:
+        self.net.heal(thorough=True)

@@ -153,6 +153,9 @@ class System:
     `starts_nodes` is False for a cluster logquake only reaches: it is neither started,
     stopped nor wiped, and its logs are not ours; `reached_as` names the system that reaches
     this one's nodes where a backend only reaches (None: no such system).
+    `data_files` are glob patterns, relative to a node's data dir, of the files that hold the
+    system's data (log segments, message blocks): what a torn write at a crash damages, as
+    opposed to indexes and metadata; () when they are not ours to know.
 
     What a test may ask of it is checked at config load: `max_partitions` per key (None: no
     limit), `unmet_needs` maps a `NodeNeeds` field the system cannot provide to why, so a
@@ -182,6 +185,7 @@ class System:
     txn_writes_one_key: bool = False
     check_config: Callable[[TestConfig], None] = lambda cfg: None
     describe: Callable[[TestConfig], dict[str, Any]] = lambda cfg: {}
+    data_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = self.features - FEATURES

@@ -278,6 +278,8 @@ KAFKA = System(
     leaders=partition_leaders,
     reached_as="kafka-external",
     settings_key="broker",
+    # The Raft log segments of every group (groups/<group>/<first index>.seg), not hardstate.
+    data_files=("**/*.seg",),
 )
 
 # The same clients, workloads and features, on brokers someone else runs.
@@ -290,4 +292,5 @@ EXTERNAL_KAFKA = replace(
     not_ready=_external_not_ready,
     starts_nodes=False,
     reached_as=None,
+    data_files=(),  # its layout is whatever that cluster runs; no disk fault reaches it
 )

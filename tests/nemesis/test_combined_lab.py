@@ -15,7 +15,7 @@ from logquake.nemesis import CHAIN, LOSS_CHAIN, NemesisScheduler, Net, build_nem
 
 pytestmark = pytest.mark.lab
 
-FAULTS = ("partition", "kill", "pause", "clock", "packet-loss", "disk")
+FAULTS = ("partition", "kill", "pause", "clock", "packet-loss", "disk", "pause-kill", "partition-kill")
 
 
 @pytest.mark.slow

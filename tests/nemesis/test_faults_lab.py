@@ -16,6 +16,9 @@ from cluster.labkit import fake_clock, fake_cluster, fake_counter, wait_until
 from logquake.cluster.lab import harness_can_reach
 from logquake.cluster.shims import drop_unsynced, set_clock
 from logquake.nemesis import ClockFault, DiskFault, KillFault, PauseFault
+from logquake.systems import get_system
+
+SEGMENTS = get_system("kafka").data_files
 
 pytestmark = pytest.mark.lab
 
@@ -130,7 +133,7 @@ def test_lose_unfsynced_drops_exactly_the_unsynced_tail(tmp_path):
 @pytest.mark.slow
 def test_disk_fault_lose_unfsynced_and_corrupt_tail(tmp_path):
     with fake_cluster(3, tmp_path, lazyfs=True) as c:
-        fault = DiskFault(c, random.Random(1))
+        fault = DiskFault(c, random.Random(1), data_files=SEGMENTS)
         assert set(fault.variants) == {"lose-unfsynced", "corrupt-tail"}
         for n in c.nodes:
             wait_until(lambda n=n: len(_segment_lines(c, n)) >= 12, what=f"writes on {n}")
@@ -152,7 +155,7 @@ def test_corrupt_tail_really_changes_the_tail(tmp_path):
         wait_until(lambda: len(_segment_lines(c, "n1")) >= 10, what="writes")
         c.lifecycle.kill("n1")
         before = _segment_lines(c, "n1")
-        fault = DiskFault(c, random.Random(0))
+        fault = DiskFault(c, random.Random(0), data_files=SEGMENTS)
         assert fault.variants == ("corrupt-tail",)  # no LazyFS: only what works without it
         fault.rng = random.Random(4)
         fault.crashed = []
@@ -165,7 +168,7 @@ def test_corrupt_tail_really_changes_the_tail(tmp_path):
 @pytest.mark.slow
 def test_disk_power_loss_crashes_every_node_and_drops_their_unsynced_tails(tmp_path):
     with fake_cluster(3, tmp_path, lazyfs=True) as c:
-        fault = DiskFault(c, random.Random(2))
+        fault = DiskFault(c, random.Random(2), data_files=SEGMENTS)
         assert "power-loss" not in fault.variants  # named only, never drawn at random
         for n in c.nodes:
             wait_until(lambda n=n: len(_segment_lines(c, n)) >= 13, what=f"writes on {n}")
@@ -185,7 +188,7 @@ def test_disk_power_loss_crashes_every_node_and_drops_their_unsynced_tails(tmp_p
 def test_disk_power_loss_needs_lazyfs(tmp_path):
     with fake_cluster(1, tmp_path) as c:
         with pytest.raises(ValueError, match="needs LazyFS"):
-            DiskFault(c, random.Random(0)).start("power-loss")
+            DiskFault(c, random.Random(0), data_files=SEGMENTS).start("power-loss")
         assert c.lifecycle.is_up("n1")  # refused before touching anything
 
 
@@ -226,3 +229,56 @@ def test_partition_replies_silences_brokers_towards_the_clients_one_way(tmp_path
         fault.start("replies")
         fault.heal()  # the thorough heal removes it too
         assert all(OUT_CHAIN not in net.rules(n) for n in c.nodes)
+
+
+@pytest.mark.slow
+def test_pause_kill_crashes_one_node_losing_its_unsynced_writes_while_another_is_paused(tmp_path):
+    from logquake.nemesis import PauseKillFault
+
+    with fake_cluster(3, tmp_path, lazyfs=True) as c:
+        fault = PauseKillFault(c, random.Random(7), hold=0.5)
+        assert fault.variants == fault.accepts == ()
+        for n in c.nodes:
+            wait_until(lambda n=n: len(_segment_lines(c, n)) >= 13, what=f"writes on {n}")
+        desc = fault.start("")
+        (away,), (crashed,) = fault.away, fault.crashed
+        (rest,) = set(c.nodes) - {away, crashed}
+        assert desc == f"paused {away}; 0.5 s later crashed {crashed}, its unsynced writes dropped"
+        assert _state(c.lifecycle.pid(away)) == "T" and not c.lifecycle.is_up(crashed)
+        assert len(_segment_lines(c, crashed)) % 5 == 0  # the crash kept only what was fsynced (every 5th line)
+        moving = fake_counter(c, rest)
+        wait_until(lambda: fake_counter(c, rest) >= moving + 5, what="the third node to go on")
+        assert fault.stop() == f"started {crashed}; resumed {away}"
+        assert (fault.away, fault.crashed) == ([], [])
+        assert all(c.lifecycle.is_up(n) for n in c.nodes)
+        frozen = fake_counter(c, away)
+        wait_until(lambda: fake_counter(c, away) > frozen, what="the paused node to go on")
+        fault.start("")
+        paused = fault.away[0]
+        fault.heal()
+        assert all(c.lifecycle.is_up(n) for n in c.nodes) and _state(c.lifecycle.pid(paused)) != "T"
+
+
+@pytest.mark.slow
+def test_partition_kill_crashes_one_node_losing_its_unsynced_writes_while_another_is_cut_off(tmp_path):
+    from logquake.nemesis import CHAIN, Net, PartitionKillFault
+
+    with fake_cluster(3, tmp_path, lazyfs=True) as c:
+        net = Net(c.hosts, c.addresses, iptables=c.iptables)
+        fault = PartitionKillFault(c, net, random.Random(3), hold=0.5)
+        for n in c.nodes:
+            wait_until(lambda n=n: len(_segment_lines(c, n)) >= 13, what=f"writes on {n}")
+        desc = fault.start("")
+        (away,), (crashed,) = fault.away, fault.crashed
+        assert desc.startswith(f"isolated {away}: ") and desc.endswith(f"0.5 s later crashed {crashed}, "
+                                                                       "its unsynced writes dropped")
+        assert all(CHAIN in net.rules(n) for n in c.nodes)
+        assert harness_can_reach(c.addresses[away], 9092)  # cut off from the nodes, not from the clients
+        assert not c.lifecycle.is_up(crashed) and len(_segment_lines(c, crashed)) % 5 == 0
+        assert fault.stop() == f"started {crashed}; network healed"
+        assert all(CHAIN not in net.rules(n) for n in c.nodes)
+        assert all(c.lifecycle.is_up(n) for n in c.nodes)
+        fault.start("")
+        fault.heal()
+        assert all(CHAIN not in net.rules(n) for n in c.nodes)
+        assert all(c.lifecycle.is_up(n) for n in c.nodes)

@@ -157,9 +157,19 @@ def test_make_faults_checks_named_variants_before_anything_runs():
     assert [f.name for f in faults] == ["partition", "kill", "disk", "stale-leader"]
     with pytest.raises(ConfigError, match="partition has no variant 'leeder'.*leader"):
         make_faults(["partition:leeder"], target(True), random.Random(0), net=None)
-    with pytest.raises(ConfigError, match="no variant 'power-loss'") as e:
-        make_faults(["disk:power-loss"], target(False), random.Random(0), net=None)  # no LazyFS
+    with pytest.raises(ConfigError, match="no variant 'power-loss'") as e:  # no LazyFS
+        make_faults(["disk:power-loss"], target(False), random.Random(0), net=None, data_files=("**/*.seg",))
     assert "LazyFS" in (e.value.hint or "")
+    # corrupt-tail tears the system's data files: none declared, none offered
+    (disk,) = make_faults(["disk"], target(True), random.Random(0), net=None)
+    assert disk.variants == ("lose-unfsynced",) and "corrupt-tail" not in disk.accepts
+    with pytest.raises(ConfigError, match="disk faults need LazyFS .* or the system's data files"):
+        make_faults(["disk"], target(False), random.Random(0), net=None)
+    (disk,) = make_faults(["disk"], target(False), random.Random(0), net=None, data_files=("**/*.seg",))
+    assert disk.variants == disk.accepts == ("corrupt-tail",)
+    for combo in ("pause-kill", "partition-kill"):
+        with pytest.raises(ConfigError, match=f"{combo} needs LazyFS"):
+            make_faults([combo], target(False), random.Random(0), net=None)
     with pytest.raises(ConfigError, match="unknown fault 'flood'"):
         make_faults(["flood"], target(True), random.Random(0), net=None)
     unkillable = SimpleNamespace(nodes=NODES, needs=NodeNeeds(), lifecycle=SimpleNamespace(is_up=lambda node: True))
@@ -172,6 +182,21 @@ def test_each_family_declares_what_it_needs_from_the_nodes():
     from logquake.systems import NodeNeeds
 
     assert {name: f.needs for name, f in FAULTS.items() if f.needs != NodeNeeds()} == {
-        "clock": NodeNeeds(faketime=True), "disk": NodeNeeds(lazyfs=True)}
+        "clock": NodeNeeds(faketime=True), "disk": NodeNeeds(lazyfs=True),
+        "pause-kill": NodeNeeds(lazyfs=True), "partition-kill": NodeNeeds(lazyfs=True)}
     assert node_needs([]) == node_needs(["partition:leader", "kill", "stale-leader"]) == NodeNeeds()
     assert node_needs(["clock:strobe", "disk:corrupt-tail"]) == NodeNeeds(faketime=True, lazyfs=True)
+    assert node_needs(["partition", "pause-kill"]) == node_needs(["partition-kill"]) == NodeNeeds(lazyfs=True)
+
+
+def test_config_takes_the_crash_combinations_on_both_systems_and_corrupt_tail_where_data_files_are_known():
+    from logquake.config import resolve_config
+    from logquake.errors import ConfigError
+
+    specs = ("pause-kill", "partition-kill", "disk:corrupt-tail")
+    for system in ("kafka", "jetstream"):
+        assert resolve_config(None, {"system": system, "nemesis": ",".join(specs)}).nemesis == specs
+    with pytest.raises(ConfigError, match="disk:corrupt-tail cannot run on kafka-external: it declares no data files"):
+        resolve_config(None, {"backend": "external", "bootstrap_servers": ["x:1"], "nemesis": "disk:corrupt-tail"})
+    with pytest.raises(ConfigError, match="clock faults cannot run on jetstream: nats-server is a static Go binary"):
+        resolve_config(None, {"system": "jetstream", "nemesis": "pause-kill,clock"})

@@ -44,6 +44,7 @@ __all__ = [
     "JetStreamSettings",
     "MONITOR_PORT",
     "MAX_REPLICAS",
+    "NO_FAKETIME",
     "PINNED_VERSION",
     "client_urls",
     "find_binary",
@@ -61,6 +62,8 @@ PINNED_VERSION = "2.15.1"
 # nats-server's own default ports: on lab, docker and ssh every node has its own address.
 CLIENT_PORT, CLUSTER_PORT, MONITOR_PORT = 4222, 6222, 8222
 CLUSTER_NAME = "logquake"
+# Why clock faults are refused, in one line (config load says it, naming `nemesis`).
+NO_FAKETIME = "nats-server is a static Go binary, which libfaketime cannot reach"
 # JetStream refuses streams with more replicas than this.
 MAX_REPLICAS = 5
 
@@ -223,11 +226,8 @@ class JetStreamLifecycle(PidSignals):
 
     def __post_init__(self) -> None:
         if self.faketime:
-            raise MissingPrerequisite(
-                "clock faults cannot reach nats-server: it is a static Go binary, so libfaketime's "
-                "LD_PRELOAD never loads and its clock reads bypass libc",
-                hint="leave clock out of the nemesis for jetstream",
-            )
+            raise MissingPrerequisite(f"clock faults cannot run on jetstream: {NO_FAKETIME}",
+                                      hint="leave clock out of the nemesis for jetstream")
         self.binary = find_binary(self.settings.binary)
 
     # -- where things are ----------------------------------------------------------------

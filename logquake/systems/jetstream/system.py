@@ -26,6 +26,7 @@ from logquake.systems.jetstream.server import (
     CLIENT_PORT,
     CLUSTER_PORT,
     MONITOR_PORT,
+    NO_FAKETIME,
     JetStreamLifecycle,
     JetStreamSettings,
     client_urls,
@@ -39,11 +40,14 @@ from logquake.systems.jetstream.server import (
 if TYPE_CHECKING:
     from logquake.config import TestConfig
 
-__all__ = ["JETSTREAM", "settings"]
+__all__ = ["DATA_FILES", "JETSTREAM", "settings"]
 
-NO_FAKETIME = "nats-server is a static Go binary, which libfaketime cannot reach"
-# The queue workload's transactions mix polls among their sends and send to any keys; a
-# batch is publishes to one stream, one key here (batch.py).
+# Each stream's message blocks: store_dir/jetstream/<account>/streams/<stream>/msgs/<n>.blk,
+# what a reader of the stream is served from. Beside them lie index.db, meta.inf and meta.sum
+# (the stream's state and config), and under jetstream/$SYS/_js_/ every Raft group's own
+# log and peer files: a torn tail there is a different fault from a torn write of messages.
+DATA_FILES = ("jetstream/*/streams/*/msgs/*.blk",)
+
 
 def settings(cfg: TestConfig) -> JetStreamSettings:
     """The test's `jetstream:` mapping, checked (ConfigError naming `jetstream.<key>`)."""
@@ -131,4 +135,5 @@ JETSTREAM = System(
     settings_key="jetstream",
     check_config=_check_config,
     describe=_describe,
+    data_files=DATA_FILES,
 )

@@ -69,6 +69,7 @@ def run(
     nemesis: Annotated[
         str | None,
         typer.Option(help="Faults, comma-separated: partition, kill, pause, clock, disk, packet-loss, stale-leader, "
+                          "pause-kill, partition-kill, "
                           "each optionally as family:variant (partition:leader); `none` for a calm run "
                           "(default partition,kill)."),
     ] = None,

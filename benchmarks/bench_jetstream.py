@@ -22,7 +22,8 @@ Three measurements, each against its reference taken in the same run:
    once as plain nats-py calls: one asyncio task and one connection per worker on a single
    event loop, a send being `js.publish` awaiting its PubAck, a poll reading each assigned
    stream from the task's position with the stream get-message API as the adapter does, a
-   crash a reconnect. Alternating halves, `--rounds` rounds; the last round counts.
+   crash a new connection that knows no positions (the runner's new client reads from the
+   start). Alternating halves, `--rounds` rounds; the last round counts.
 3. 5-node bring-up on the lab backend (network namespaces; root), the same steps for both
    systems through the seam: from nothing to the lab built and the nodes started, every
    node ready by its system's own test (JetStream: routed to every other server, a meta
@@ -290,10 +291,11 @@ async def _raw_nats(cfg: TestConfig, urls: str, seconds: float) -> int:
             while not over.is_set():
                 ctx = Context(worker=w, process=w, phase=MAIN)
                 op = gen.op(ctx)
-                if op.f == "crash":
+                if op.f == "crash":  # as the runner does: a new client, which knows no positions
                     await nc.close()
                     nc = await _connect(urls)
                     js = nc.jetstream(timeout=2.0)
+                    assigned, position = [], {}
                     res = complete(op, INFO, op.value, error="crash")
                 elif op.f in ("assign", "subscribe"):
                     assigned = list(op.value)

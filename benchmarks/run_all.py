@@ -216,7 +216,7 @@ class Bench:
 BENCHES = (
     Bench(name="broker", script="bench_broker.py", full=(), quick=("--messages", "20000"), parse=parse_broker),
     Bench(name="jetstream", script="bench_jetstream.py", full=("--messages", "100000"),
-          quick=("--messages", "20000"), parse=None),
+          quick=("--messages", "20000", "--seconds", "5", "--rounds", "1", "--up-rounds", "1"), parse=None),
     Bench(name="lab", script="bench_lab.py", full=(), quick=("--rounds", "3"), parse=parse_lab),
     Bench(name="harness", script="bench_harness.py", full=(), quick=("--seconds", "5"), parse=parse_harness),
     Bench(name="checker", script="bench_checker.py", full=(), quick=("--ops", "100000", "--g1c-txns", "10000"),

@@ -85,17 +85,40 @@ def test_broker_latency_rows_when_the_script_prints_them():
 def test_jetstream_rows_come_from_its_rows_file(tmp_path):
     bench = next(b for b in run_all.BENCHES if b.name == "jetstream")
     rows = run_all.read_rows(bench, sample("jetstream"), DATA / "jetstream.rows.json")
-    assert len(rows) == 9 and all(set(r) == set(run_all.COLUMNS) for r in rows)
-    eo = by_metric(rows)["broker RF3 acks=all fsync=always: msg/s"]
-    assert eo["value"] == 30122 and eo["reference"] == "JetStream 5,332 msg/s" and eo["met"] is False
+    assert len(rows) == 11 and all(set(r) == set(run_all.COLUMNS) for r in rows)
+    got = by_metric(rows)
+    both = got["broker / JetStream msg/s, both fsyncing every write (librdkafka (C) vs nats-py (pure Python))"]
+    assert both["value"] == 60626 and both["reference"] == "JetStream R3 file, sync_interval always 11,741 msg/s"
+    default = got["broker / JetStream msg/s, each at its default durability (librdkafka (C) vs nats-py (pure Python))"]
+    assert default["reference"] == "JetStream R3 file, sync_interval default 12,096 msg/s"
+    harness = got["harness ops/s against JetStream, 10 workers, 3 nodes, full history"]
+    assert (harness["value"], harness["target"], harness["met"]) == (220.1, ">= 0.8x raw", False)
+    up = got["5-node JetStream up (lab, routed, stream created, first ack)"]
+    assert (up["target"], up["met"], up["reference"]) == ("<= 2.0x broker", True, "broker 5-node up 1.75 s")
     # the printed summary agrees with the rows the script wrote
-    assert "broker fsync=always / JetStream: 5.65x msg/s" in sample("jetstream")
-    assert round(eo["ratio"], 2) == 5.65
+    out = sample("jetstream")
+    assert "broker / JetStream, default durability: 5.01x msg/s" in out and round(default["ratio"], 2) == 5.01
+    assert "broker / JetStream, both fsync always:  5.16x msg/s" in out and round(both["ratio"], 2) == 5.16
+    assert "= 0.72x" in out and round(harness["ratio"], 2) == 0.72
+    assert "= 0.44x" in out and round(up["ratio"], 2) == 0.44
     missing = run_all.read_rows(bench, "", tmp_path / "none.json")
     assert missing[0]["value"] is None and "no rows file" in missing[0]["reference"]
     (tmp_path / "odd.json").write_text('{"metric": 1}')
     odd = run_all.read_rows(bench, "", tmp_path / "odd.json")
     assert odd[0]["metric"] == "run" and "not a list of rows" in odd[0]["reference"]
+
+
+def test_bench_jetstream_reports_a_failed_bring_up_as_a_row(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # bench_jetstream imports bench_harness
+    spec = importlib.util.spec_from_file_location("bench_jetstream", ROOT / "benchmarks" / "bench_jetstream.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.rows_for({"harness": {"raw": 100.0, "harness": 85.0, "workers": 10},
+                           "errors": {"bring-up": "PermissionError: the lab needs root"}})
+    assert [r["metric"] for r in rows] == ["harness ops/s against JetStream, 10 workers, 3 nodes, full history",
+                                           "bring-up"]
+    assert rows[0]["met"] is True and rows[0]["ratio"] == pytest.approx(0.85)
+    assert rows[1]["value"] is None and rows[1]["reference"] == "error: PermissionError: the lab needs root"
 
 
 def test_lab_rows():

@@ -84,12 +84,12 @@ def cluster_up(nodes: int) -> dict[str, float]:
     """Seconds from nothing to: lab built, every broker listening, the first acks=all write acknowledged."""
     from confluent_kafka import Producer
 
-    from logquake.cluster.cluster import _port_open
+    from logquake.systems.base import port_open
 
     t0 = time.perf_counter()
     with open_cluster(TestConfig(nodes=nodes, replication_factor=3), Path(tempfile.mkdtemp())) as c:
         started = time.perf_counter() - t0
-        while not all(_port_open(a, 9092) for a in c.addresses.values()):
+        while not all(port_open(a, 9092) for a in c.addresses.values()):
             if time.perf_counter() - t0 > 120:
                 raise RuntimeError("brokers not listening within 120 s")
             time.sleep(0.01)

@@ -39,7 +39,7 @@ from logquake.errors import ConfigError, HostError, MissingPrerequisite
 from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System
 
 __all__ = ["IPTABLES", "LabCluster", "LabHost", "attach_lab", "check_lab_prerequisites", "create_lab",
-           "harness_can_reach", "lab_hosts", "open_lab", "prepare_lab", "stop_lab"]
+           "lab_hosts", "open_lab", "prepare_lab", "stop_lab"]
 
 log = logging.getLogger(__name__)
 
@@ -231,14 +231,6 @@ def _build(state: LabState, nodes: Sequence[str]) -> None:
 
 def lab_hosts(state: LabState) -> dict[str, LabHost]:
     return {n: LabHost(n, r.pid, iptables=state.iptables) for n, r in state.holders.items()}
-
-
-def harness_can_reach(addr: str, port: int, *, timeout: float = 0.5) -> bool:
-    import socket
-
-    with contextlib.suppress(OSError), socket.create_connection((addr, port), timeout=timeout):
-        return True
-    return False
 
 
 def stop_lab(state: LabState) -> list[str]:

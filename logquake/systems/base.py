@@ -13,7 +13,9 @@ are imported on first use, so a system's dependencies load only when it is teste
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from logquake.config import TestConfig
 
 __all__ = ["FEATURES", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeSetup", "NodeSpec", "Pause",
-           "System", "get_system"]
+           "System", "get_system", "port_open"]
 
 FEATURES = frozenset({"transactions", "consumer-groups", "dedup", "kv"})
 
@@ -202,6 +204,13 @@ SYSTEMS: Mapping[str, str] = {
     "kafka-external": "logquake.systems.kafka:EXTERNAL_KAFKA",
     "jetstream": "logquake.systems.jetstream:JETSTREAM",
 }
+
+
+def port_open(addr: str, port: int, *, timeout: float = 0.5) -> bool:
+    """Does something accept TCP connections at addr:port (from this process's network)?"""
+    with contextlib.suppress(OSError), socket.create_connection((addr, port), timeout=timeout):
+        return True
+    return False
 
 
 def get_system(name: str) -> System:

@@ -12,10 +12,8 @@ backends share it. Each node's directory holds:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,7 +25,7 @@ from logquake.cluster.host import Host, pid_alive, run_checked, wait_dead
 from logquake.cluster.hostcfg import HostEntry, parse_hosts
 from logquake.cluster.shims import FAKETIME_SITE, faketime_env, mount_lazyfs, put_text, read_pid, set_clock
 from logquake.errors import ConfigError
-from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System
+from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System, port_open
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
@@ -199,12 +197,6 @@ class ExternalLifecycle(PidSignals):
 # -- what ready means, how clients reach it, who leads ---------------------------------------
 
 
-def _port_open(addr: str, port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((addr, port), timeout=0.5):
-        return True
-    return False
-
-
 def _metadata(bootstrap: str, *, timeout: float) -> dict:
     try:
         from confluent_kafka.admin import AdminClient
@@ -229,7 +221,7 @@ def partition_leaders(bootstrap: str, names: Mapping[int, str], timeout: float =
 
 def _brokers_not_ready(bootstrap: str, specs: Sequence[NodeSpec]) -> list[str]:
     """Every broker accepts connections, then Metadata lists them all."""
-    waiting = [s.name for s in specs if not _port_open(s.address, s.client_port)]
+    waiting = [s.name for s in specs if not port_open(s.address, s.client_port)]
     if waiting:
         return waiting
     return [] if len(_metadata(bootstrap, timeout=2.0).get("brokers", ())) >= len(specs) else ["metadata"]

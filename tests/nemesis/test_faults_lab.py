@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from cluster.labkit import fake_clock, fake_cluster, fake_counter, wait_until
 
-from logquake.cluster.lab import harness_can_reach
 from logquake.cluster.shims import drop_unsynced, set_clock
 from logquake.nemesis import ClockFault, DiskFault, KillFault, PauseFault
 from logquake.systems import get_system
+from logquake.systems.base import port_open
 
 SEGMENTS = get_system("kafka").data_files
 
@@ -39,11 +39,11 @@ def test_kill_and_restart(tmp_path):
         for n in c.nodes:
             assert lc.is_up(n) == (n not in killed)
         for n in killed:
-            assert not harness_can_reach(c.addresses[n], 9092)
+            assert not port_open(c.addresses[n], 9092)
         assert fault.stop() == f"started {','.join(killed)}"
         for n in killed:
             assert lc.pid(n) != old[n]
-            wait_until(lambda n=n: harness_can_reach(c.addresses[n], 9092), what=f"{n} listening again")
+            wait_until(lambda n=n: port_open(c.addresses[n], 9092), what=f"{n} listening again")
         assert all(lc.is_up(n) for n in c.nodes)
 
 
@@ -218,14 +218,14 @@ def test_partition_replies_silences_brokers_towards_the_clients_one_way(tmp_path
     with fake_cluster(2, tmp_path) as c:
         net = Net(c.hosts, {**c.addresses, CLIENTS: c.harness_address}, iptables=c.iptables)
         fault = PartitionFault(c, net, random.Random(0))
-        assert all(harness_can_reach(c.addresses[n], 9092) for n in c.nodes)
+        assert all(port_open(c.addresses[n], 9092) for n in c.nodes)
         assert fault.start("replies") == "replies: n1,n2 drop everything to the clients"
         assert all(f"-A OUTPUT -j {OUT_CHAIN}" in net.rules(n) for n in c.nodes)
         # the clients' SYNs arrive, the SYN-ACKs do not: no connection from the harness
-        assert not any(harness_can_reach(c.addresses[n], 9092) for n in c.nodes)
+        assert not any(port_open(c.addresses[n], 9092) for n in c.nodes)
         assert fault.stop() == "network healed"
         assert all(OUT_CHAIN not in net.rules(n) for n in c.nodes)
-        assert all(harness_can_reach(c.addresses[n], 9092) for n in c.nodes)
+        assert all(port_open(c.addresses[n], 9092) for n in c.nodes)
         fault.start("replies")
         fault.heal()  # the thorough heal removes it too
         assert all(OUT_CHAIN not in net.rules(n) for n in c.nodes)
@@ -273,7 +273,7 @@ def test_partition_kill_crashes_one_node_losing_its_unsynced_writes_while_anothe
         assert desc.startswith(f"isolated {away}: ") and desc.endswith(f"0.5 s later crashed {crashed}, "
                                                                        "its unsynced writes dropped")
         assert all(CHAIN in net.rules(n) for n in c.nodes)
-        assert harness_can_reach(c.addresses[away], 9092)  # cut off from the nodes, not from the clients
+        assert port_open(c.addresses[away], 9092)  # cut off from the nodes, not from the clients
         assert not c.lifecycle.is_up(crashed) and len(_segment_lines(c, crashed)) % 5 == 0
         assert fault.stop() == f"started {crashed}; network healed"
         assert all(CHAIN not in net.rules(n) for n in c.nodes)

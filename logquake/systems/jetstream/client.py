@@ -39,16 +39,17 @@ How the queue's words map onto JetStream:
   passes gaps in the sequence that no read returns.
 - the final read from every node (`NodeReads`, the drain's ops marked `node`): a client
   connected to that node alone reads with direct gets (`$JS.API.DIRECT.GET.<stream>`,
-  answered from a replica's own store; the stream gets `allow_direct` on that final
-  assign if it lacks it), its final assign recording as `ends` the node's own end of each
-  log (its last message on the key's subject + 1) and as `not_held` the keys whose
-  stream has no replica on the node. Every replica answers direct gets through one queue
-  group, and nats-server picks among its members at random, its local one included (a
-  request from a client gets no local preference; a follower joins once it has nearly
-  caught up after a start, and stays however far it falls behind), and no answer says
-  which server sent it. So each request carries a `Nats-Trace-Dest` header, and the
-  node's own trace event says whether it answered itself or forwarded the request over
-  a route: a forwarded answer is dropped and asked again (`NODE_ATTEMPTS` times), and a
+  answered from a replica's own store), its final assign recording as `ends` the node's
+  own end of each log (its last message on the key's subject + 1) and as `not_held` the
+  keys whose stream has no replica on the node. Streams are made without `allow_direct`,
+  so that final assign turns it on; every replica then answers direct gets at once,
+  caught up or not (one created with it joins once nearly caught up after a start, and
+  stays however far it falls behind). They answer through one queue group, and
+  nats-server picks among its members at random, its local one included (a request from
+  a client gets no local preference), and no answer says which server sent it. So each
+  request carries a `Nats-Trace-Dest` header, and the node's own trace event says
+  whether it answered itself or forwarded the request over a route: a forwarded answer
+  is dropped and asked again (`NODE_ATTEMPTS` times within `NODE_READ_TIMEOUT`), and a
   key the node never answered itself stays unread, its read incomplete (unknown for that
   node). Message tracing and batched direct gets need nats-server 2.11+; an older
   server's node reads end info, saying so.
@@ -99,6 +100,7 @@ ENDS_TIMEOUT = 5.0  # a final assign asks every key's end of the log within this
 RETRY_BACKOFF = 0.1
 NODE_ATTEMPTS = 40  # direct gets per read until the node asked answers one itself
 ATTEMPT_TIMEOUT = 1.0  # one direct get waits this long for its answer and the node's trace event
+NODE_READ_TIMEOUT = 8.0  # all attempts of one read from a node, within an op's 10 s
 NODE_READ_VERSION = (2, 11)  # message tracing and batched direct gets
 TRACE_DEST = "Nats-Trace-Dest"
 # Kinds of connection a trace event's egress names: a route, a gateway, a leafnode (the
@@ -313,8 +315,7 @@ class JetStreamClient(QueueClient):
                 if self._node is None:
                     ends.update(self._loop.run(self._ends(keys), timeout=ENDS_TIMEOUT + 1.0))
                 else:
-                    ends.update(self._loop.run(self._node_ends(keys, self._node),
-                                               timeout=NODE_ATTEMPTS * ATTEMPT_TIMEOUT + 1.0))
+                    ends.update(self._loop.run(self._node_ends(keys, self._node), timeout=NODE_READ_TIMEOUT + 2.0))
             except TimeoutError as e:
                 log.info("ends: %s", e)
             done.extra["ends"] = ends
@@ -383,13 +384,17 @@ class JetStreamClient(QueueClient):
         if _version(info.get("version")) < NODE_READ_VERSION:
             raise NodeReadError(f"nats-server {info.get('version')} on {node}: reading from one node needs "
                                 f"{'.'.join(map(str, NODE_READ_VERSION))}+ (message tracing, batched direct gets)")
+        deadline = asyncio.get_running_loop().time() + NODE_READ_TIMEOUT
         for _ in range(NODE_ATTEMPTS):
+            if asyncio.get_running_loop().time() > deadline:
+                break
             replies = await self._ask_once(subj, payload, node, batch=batch)
             if replies is not None:
                 if replies and _status(replies[-1]) == "503":
                     raise NodeReadError(f"{node}: no server answers direct gets on {subj}")
                 return replies
-        raise NodeReadError(f"{node} answered none of {NODE_ATTEMPTS} direct gets itself (other replicas did)")
+        raise NodeReadError(f"{node} answered none of its direct gets itself within {NODE_READ_TIMEOUT:.0f} s "
+                            f"({NODE_ATTEMPTS} at most; other replicas did, or nobody in time)")
 
     async def _ask_once(self, subj: str, payload: bytes, node: str, *, batch: bool) -> list[Any] | None:
         """One traced direct get: its replies if `node` answered it, None if another server

@@ -10,7 +10,8 @@
 5. heal      the scheduler stops and heals everything (also in `finally`)
 6. recovery  wait `recovery_time` s for leaders to settle
 7. drain     every worker assigns all keys from the beginning and polls up to the highest
-             known offset of every key, for at most `drain_time` s
+             known offset of every key, then, where the client can point a read at a node
+             (NodeReads), one more reader per node does the same there; at most `drain_time` s
 8. teardown  clients closed, node logs collected, nemesis torn down, cluster closed (`finally`)
 9. history   closed and fsynced: on disk before any analysis
 10. analyse  the workload's checker -> results.json, junit.xml, report.html
@@ -34,18 +35,19 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from logquake.config import TestConfig, save_config
-from logquake.crew import CALL_TIMEOUT, CLOSE_TIMEOUT, Crew, Pacer, Recorder, Stats
+from logquake.crew import CALL_TIMEOUT, CLOSE_TIMEOUT, Crew, Pacer, Recorder, Stats, Worker
 from logquake.diagnostics import StackDumps
 from logquake.errors import LogquakeError
 from logquake.guarantees import apply_guarantee
 from logquake.history import HistoryWriter, Op, load_history
 from logquake.results import store
 from logquake.systems import Kill, NodeLifecycle, NodeNeeds
+from logquake.systems.base import NodeReads
 from logquake.workloads import DRAIN, MAIN, Workload, get_workload
 from logquake.workloads.client import Client
 from logquake.workloads.registry import describe
@@ -373,7 +375,57 @@ def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Even
                     short, cfg.drain_time)
     # Each worker makes a final read of every key from the beginning to the end the system
     # reported (ops marked final): one that got through read everything.
-    return {"complete": len(short) < len(crew.workers), "workers_short": short}
+    out: dict[str, Any] = {"complete": len(short) < len(crew.workers), "workers_short": short}
+    if not stop.is_set() and (nodes := _read_every_node(cfg, crew, stop, deadline)) is not None:
+        out["node_reads"] = nodes
+    return out
+
+
+def _read_every_node(cfg: TestConfig, crew: Crew, stop: threading.Event, deadline: float) -> dict[str, bool] | None:
+    """The drain's final read once more from each node alone, until `deadline`: node -> did
+    its reader reach every key's end there. None where the client cannot point a read at a
+    node (NodeReads) or the generator has no final read.
+
+    Each node gets one worker of its own crew (its bootstrap reaches that node alone), with
+    processes above every process of the run so far, distinct from each other's successors.
+    """
+    read_from = getattr(crew.gen, "read_from", None)
+    drained = getattr(crew.gen, "drained", None)
+    probe = crew.make()
+    if read_from is None or drained is None or not isinstance(probe, NodeReads):
+        return None
+    nodes = probe.node_bootstraps(crew.bootstrap)
+    if not nodes:
+        return None
+    first = max(w.process for w in crew.workers) + 1
+    readers: list[tuple[str, Crew, Worker]] = []
+    each = replace(cfg, concurrency=len(nodes))  # a successor's process steps by the number of readers
+    for i, (node, bootstrap) in enumerate(sorted(nodes.items())):
+        reader = Crew(each, crew.gen, crew.recorder, bootstrap, crew.make, call_timeout=crew.watchdog.timeout)
+        reader.gen_lock = crew.gen_lock  # one generator, one lock
+        w = Worker(cfg.concurrency + i, first + i, reader)
+        reader.workers = [w]
+        with crew.gen_lock:
+            read_from(w.index, node)
+        readers.append((node, reader, w))
+    over = threading.Event()
+    try:
+        for _, reader, _ in readers:
+            reader.start(DRAIN, over, None)
+        while any(r.alive() for _, r, _ in readers) and not stop.is_set() and time.monotonic() < deadline:
+            stop.wait(0.2)
+        over.set()
+        for _, reader, _ in readers:
+            reader.join(max(1.0, deadline + CALL_TIMEOUT - time.monotonic()))
+    finally:
+        over.set()
+        for _, reader, _ in readers:
+            reader.close(CLOSE_TIMEOUT / 2)
+    with crew.gen_lock:
+        done = {node: bool(drained(reader.workers[0].index)) for node, reader, _ in readers}
+    if short := sorted(n for n, ok in done.items() if not ok):
+        log.warning("drain: the final read from node(s) %s did not reach every key's end there", ", ".join(short))
+    return done
 
 
 def _brokers_down(cluster: Cluster) -> dict[str, str]:

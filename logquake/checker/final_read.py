@@ -24,6 +24,25 @@ that acknowledged it, last read it and made the final read, the end of the log t
 reached, and the faults (nemesis ops) between the value's last read (or its
 acknowledgement) and the final read.
 
+The final read from every node (ops also marked `"node"`, README.md's History format) is
+judged per node and apart from the combined one above: a node's final assign records as
+`ends` the node's own end of each key's log and as `not_held` the keys it holds no replica
+of. For each node, `nodes` in the summary says which acknowledged values its complete
+reads did not return, in two kinds, and which keys it never read to its own end (unknown
+for that node: never a pass):
+- `lost-on-node`: absent below the node's own end. The node says its log goes past the
+  value and it does not have it: a hole, a replica that diverged (a split brain's other
+  side, a follower that lost data and caught up around the gap).
+- `behind`: absent at or past the node's own end: its log stops short of the value. A
+  follower still catching up looks so, and so does a node that lost its tail; no read can
+  tell them apart, which is why a loss is only judged where a quorum's answer is seen.
+Neither is an anomaly of the verdict by itself: the promise of an acknowledged write is
+that it survives on a quorum, not on every replica, and a value gone for good is absent
+from the combined read through the leader too (`lost`). The per-node figures say where
+values are missing, so a loss is traced to a node instead of averaged away. The node
+reads are reads like any other for the queue analysis, though: a node that returns the
+values around a hole has its reader skip one (`poll-skip`, `int-poll-skip`).
+
 A key with acknowledged writes and no complete final read makes the verdict unknown (it
 is never valid); a history without final reads makes this analysis say it could not run
 and changes nothing else. `lost` is tolerated where the guarantee allows it (at-most-once,
@@ -40,10 +59,17 @@ from typing import Any
 from logquake.checker.result import op_ref
 from logquake.history import INVOKE, NEMESIS, OK, Op
 
-__all__ = ["FINAL", "LOST", "FinalRead", "analyse", "judge"]
+__all__ = ["BEHIND", "FINAL", "LOST", "LOST_ON_NODE", "NODE", "FinalRead", "analyse", "judge"]
 
 #: The extra field that marks the final read's ops.
 FINAL = "final"
+#: The extra field naming the node a final op read from: the final read from every node.
+NODE = "node"
+#: Per node: an acknowledged value absent below the node's own end of its key's log.
+LOST_ON_NODE = "lost-on-node"
+#: Per node: an acknowledged value absent at or past the node's own end (its log stops short).
+BEHIND = "behind"
+NODE_EXAMPLES = 8  # examples of missing values per node
 #: The anomaly type: an acknowledged write absent from the final read (Jepsen NATS's `lost`).
 LOST = "lost"
 
@@ -71,6 +97,8 @@ class _Session:
     process: Any
     assign: Op
     ends: dict[Any, int | None]
+    node: Any = None  # the node it read from alone; None: the combined final read
+    not_held: frozenset = frozenset()  # keys the node holds no replica of
     values: dict[Any, set] = field(default_factory=dict)
     read_to: dict[Any, int] = field(default_factory=dict)  # offset after the last record read
     position: dict[Any, int] = field(default_factory=dict)
@@ -136,7 +164,8 @@ def analyse(ops: list[Op]) -> FinalRead:
         if op.f == "assign":
             ends = {_key(k): e for k, e in (op.get("ends") or {}).items()}
             s = _Session(process=op.process, assign=op,
-                         ends={_key(k): ends.get(_key(k)) for k in op.value or ()})
+                         ends={_key(k): ends.get(_key(k)) for k in op.value or ()}, node=op.get(NODE),
+                         not_held=frozenset(_key(k) for k in op.get("not_held") or ()))
             sessions.append(s)
             current[op.process] = s
             continue
@@ -156,6 +185,8 @@ def analyse(ops: list[Op]) -> FinalRead:
             k = _key(key)
             if k in s.ends and isinstance(pos, int):
                 s.position[k] = max(s.position.get(k, 0), pos)
+    by_node = [s for s in sessions if s.node is not None]
+    sessions = [s for s in sessions if s.node is None]
     if not sessions:
         return FinalRead(ran=False, summary={"ran": False, "why": _NOT_RUN})
 
@@ -192,7 +223,49 @@ def analyse(ops: list[Op]) -> FinalRead:
         "lost_by_position": {p: sum(1 for c in cases if c["position"] == p) for p in ("prefix", "middle", "suffix")},
         "lost_over_time": _over_time(cases),
     }
+    if by_node:
+        summary["nodes"] = _per_node(acked, by_node)
     return FinalRead(ran=True, cases=cases, incomplete_keys=incomplete, summary=summary)
+
+
+def _per_node(acked: dict[Any, dict[Any, tuple[int | None, Op]]], sessions: list[_Session]) -> dict[str, Any]:
+    """For each node, the acknowledged values its complete reads did not return (see the
+    module docstring): counts by kind, examples, and the keys it never read to its own end."""
+    out: dict[str, Any] = {}
+    for node in sorted({s.node for s in sessions}, key=str):
+        mine = [s for s in sessions if s.node == node]
+        not_held = {k for k in acked if all(k in s.not_held for s in mine)}
+        survived: dict[Any, set] = {}
+        ends: dict[Any, int] = {}
+        for s in mine:
+            for k, end in s.ends.items():
+                if k in s.not_held or end is None:
+                    continue
+                if max(s.position.get(k, 0), s.read_to.get(k, 0)) >= end:
+                    survived.setdefault(k, set()).update(s.values.get(k, ()))
+                    ends[k] = max(end, ends.get(k, end))
+        incomplete = sorted((k for k in acked if k not in not_held and k not in survived), key=str)
+        missing = []
+        for k in sorted(survived, key=str):
+            for v, (off, acker) in sorted(acked.get(k, {}).items(), key=lambda kv: (kv[1][0] is None, kv[1][0] or 0)):
+                if v not in survived[k]:
+                    kind = LOST_ON_NODE if off is not None and off < ends[k] else BEHIND
+                    missing.append({"key": k, "value": v, "offset": off, "end": ends[k], "kind": kind,
+                                    "acknowledged": op_ref(acker)})
+        holes = sum(1 for m in missing if m["kind"] == LOST_ON_NODE)
+        status = (LOST_ON_NODE if holes else BEHIND if missing else "unknown" if incomplete else "complete")
+        out[str(node)] = {
+            "status": status,
+            "keys": len(acked) - len(not_held),
+            "complete_keys": sum(1 for k in survived if k in acked),
+            "incomplete_keys": incomplete,
+            "not_held_keys": len(not_held),
+            "missing": len(missing),
+            LOST_ON_NODE: holes,
+            BEHIND: len(missing) - holes,
+            "examples": sorted(missing, key=lambda m: m["kind"] != LOST_ON_NODE)[:NODE_EXAMPLES],
+        }
+    return out
 
 
 def _highest(ops: list[Op], keys: set) -> dict[Any, int]:

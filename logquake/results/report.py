@@ -335,6 +335,31 @@ def final_read_of(results: dict[str, Any]) -> dict[str, Any] | None:
     return fr if isinstance(fr, dict) and isinstance(fr.get("ran"), bool) else None
 
 
+def node_read_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per node the drain read from alone (checker/final_read.py `nodes`), with the
+    nodes whose reader recorded nothing (results.json `drain.node_reads`) as not read."""
+    fr = final_read_of(results) or {}
+    nodes = fr.get("nodes") if isinstance(fr.get("nodes"), dict) else {}
+    drain = results.get("drain") if isinstance(results.get("drain"), dict) else {}
+    asked = drain.get("node_reads") if isinstance(drain.get("node_reads"), dict) else {}
+    rows = []
+    for node in sorted(set(nodes) | set(asked), key=str):
+        e = nodes.get(node)
+        if not isinstance(e, dict):
+            rows.append({"node": node, "status": "unknown", "missing": "", "lost_on_node": "", "behind": "",
+                         "unknown": "not read", "example": ""})
+            continue
+        ex = next((x for x in e.get("examples") or [] if isinstance(x, dict)), None)
+        rows.append({
+            "node": node, "status": e.get("status", "?"), "missing": e.get("missing", 0),
+            "lost_on_node": e.get("lost-on-node", 0), "behind": e.get("behind", 0),
+            "unknown": ", ".join(str(k) for k in (e.get("incomplete_keys") or [])[:16]) or "none",
+            "example": (f"key {ex.get('key')} value {ex.get('value')} at offset {ex.get('offset')} "
+                        f"({ex.get('kind')}; the node's log ends at {ex.get('end')})") if ex else "",
+        })
+    return rows
+
+
 HIDDEN_PARAMS = ("seed", "start_time", "run_dir", "config")
 
 
@@ -450,7 +475,7 @@ def render_report(files: RunFiles, d: Digest) -> str:
         timeline_count=len(d.timeline), timeline_cap=TIMELINE_OPS, window=d.timeline_window,
         informational=json.dumps(informational, indent=2, default=str)[:20_000],
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), plotly_js=get_plotlyjs(),
-        ns=plots.NS, processing=processing, final_read=final_read,
+        ns=plots.NS, processing=processing, final_read=final_read, node_reads=node_read_rows(results),
     )
 
 

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from logquake.cluster.host import Host
     from logquake.config import TestConfig
 
-__all__ = ["FEATURES", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeSetup", "NodeSpec", "Pause",
-           "System", "get_system", "port_open"]
+__all__ = ["FEATURES", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeReads", "NodeSetup", "NodeSpec",
+           "Pause", "System", "get_system", "port_open"]
 
 FEATURES = frozenset({"transactions", "consumer-groups", "dedup", "kv"})
 
@@ -140,6 +140,26 @@ class Pause(Protocol):
 
     def resume(self, node: str) -> bool:
         """SIGCONT the process, even a dead one's pid: a paused node must never stay stopped."""
+        ...
+
+
+@runtime_checkable
+class NodeReads(Protocol):
+    """A client that can read what one node holds: the drain's final read from every node.
+
+    The drain reads every key once more through a client opened on each node's own bootstrap,
+    its final ops marked with the node (README.md's History format), so a node that lacks
+    acknowledged values shows up by name instead of being averaged away. A client offering
+    this reports only what that node answered itself: where it cannot be sure which node
+    answered, the read does not complete (unknown for that node), never another node's answer.
+
+    The Kafka adapters offer none: a Kafka fetch is served by the partition's leader whichever
+    broker the client reaches (follower fetching needs rack-aware brokers this harness does
+    not configure), so a read cannot be pointed at a node.
+    """
+
+    def node_bootstraps(self, bootstrap: str) -> dict[str, str]:
+        """Each node of the cluster `bootstrap` reaches, by name, to the bootstrap reaching it alone."""
         ...
 
 

@@ -28,6 +28,8 @@ log may have lost its tail, or a transaction left open holds back the last stabl
 until the coordinator aborts it: the worker polls on a while (`SETTLE_POLLS`) and reads
 everything again with a fresh end, up to `FINAL_REREADS` times, so only a loss that lasts
 is a loss; a worker whose final assign got no end for some key asks again the same way.
+A worker set to read from one node (`read_from`, the drain's read from every node) makes
+the same final read with every op marked `node`, its client reading what that node holds.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from logquake.history import INVOKE, OK, Op
 MAIN, DRAIN = "main", "drain"
 #: The extra field that marks the drain's ops: the final read (README.md's History format).
 FINAL = "final"
+#: The extra field naming the node a final op reads from (README.md's History format).
+NODE = "node"
 
 REASSIGN_ONE_IN = 64
 CRASH_ONE_IN = 256
@@ -112,6 +116,7 @@ class QueueGenerator:
         self.budget: dict[int, int] = {}
         self.next_value: dict[int, int] = {}
         self._workers: dict[int, _Worker] = {}
+        self._nodes: dict[int, str] = {}  # worker -> the node its final read reads from
         # Highest offset per key that an ok op sent or any ok poll read: the drain target.
         # Sends of info ops are left out: they may never have committed (or were aborted).
         self.highest: dict[int, int] = {}
@@ -149,6 +154,10 @@ class QueueGenerator:
         if st is None:
             st = self._workers[w] = _Worker(rng=random.Random(f"worker-{self.seed}-{w}"))
         return st
+
+    def read_from(self, worker: int, node: str) -> None:
+        """Mark every final op of `worker` as reading from `node` alone."""
+        self._nodes[worker] = node
 
     def fresh_client(self, worker: int) -> None:
         """The worker's client was replaced: its next op must (re)assign."""
@@ -191,8 +200,11 @@ class QueueGenerator:
 
     def _drain_op(self, ctx: Context) -> Op | None:
         st = self._worker(ctx.worker)
+        final: dict[str, Any] = {FINAL: True}
+        if ctx.worker in self._nodes:
+            final[NODE] = self._nodes[ctx.worker]
         if st.needs_assign or not st.drain_assigned:
-            return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **{FINAL: True})
+            return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **final)
         drained = self.drained(ctx.worker)
         if drained and not self._short(st):
             return None
@@ -202,10 +214,10 @@ class QueueGenerator:
                 st.settle += 1
             else:
                 st.rereads, st.settle, st.drain_assigned = st.rereads + 1, 0, False
-                return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **{FINAL: True})
+                return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **final)
         elif drained:
             return None
-        return _invoke(ctx, "poll", [["poll"]], **{FINAL: True})
+        return _invoke(ctx, "poll", [["poll"]], **final)
 
     def _short(self, st: _Worker) -> bool:
         """Does a reported end lie below an offset known to hold a value?"""

@@ -239,3 +239,12 @@ def test_no_abort_marks_without_txn_or_with_fraction_zero():
     assert not any(o.get("abort") for o in _drive(QueueGenerator(seed=5, txn=True, abort_fraction=0.0), 2000))
     everything = _drive(QueueGenerator(seed=5, txn=True, abort_fraction=1.0), 500)
     assert all(o.get("abort") for o in everything if o.f in ("send", "txn"))
+
+
+def test_a_worker_set_to_read_from_a_node_marks_every_final_op_with_it():
+    g = QueueGenerator(seed=1, active_keys=1)
+    g.read_from(7, "n2")
+    assign = g.op(Context(worker=7, process=70, phase=DRAIN))
+    assert (assign.f, assign.get("final"), assign.get("node")) == ("assign", True, "n2")
+    other = g.op(Context(worker=0, process=0, phase=DRAIN))
+    assert (other.f, other.get("final"), other.get("node")) == ("assign", True, None)  # others read as before

@@ -37,6 +37,22 @@ How the queue's words map onto JetStream:
   `FIRST_SEQ` (nothing was stored), and a key whose leader did not answer in time gets
   None. Each final poll records this client's position per key (`positions`), which
   passes gaps in the sequence that no read returns.
+- the final read from every node (`NodeReads`, the drain's ops marked `node`): a client
+  connected to that node alone reads with direct gets (`$JS.API.DIRECT.GET.<stream>`,
+  answered from a replica's own store), its final assign recording as `ends` the node's
+  own end of each log (its last message on the key's subject + 1) and as `not_held` the
+  keys whose stream has no replica on the node. Streams are made without `allow_direct`,
+  so that final assign turns it on; every replica then answers direct gets at once,
+  caught up or not (one created with it joins once nearly caught up after a start, and
+  stays however far it falls behind). They answer through one queue group, and
+  nats-server picks among its members at random, its local one included (a request from
+  a client gets no local preference), and no answer says which server sent it. So each
+  request carries a `Nats-Trace-Dest` header, and the node's own trace event says
+  whether it answered itself or forwarded the request over a route: a forwarded answer
+  is dropped and asked again (`NODE_ATTEMPTS` times within `NODE_READ_TIMEOUT`), and a
+  key the node never answered itself stays unread, its read incomplete (unknown for that
+  node). Message tracing and batched direct gets need nats-server 2.11+; an older
+  server's node reads end info, saying so.
 - crash is the runner's: it closes this client (the connection drops) and opens a new one.
 - a transaction is one atomic batch publish to its key's stream (server 2.12+): its sends
   must all name one key, and it holds no polls (batch.py says how and why). Streams of a
@@ -52,11 +68,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import json
 import logging
 import os
+import socket
 import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
 
 import nats
 import nats.errors
@@ -68,6 +88,7 @@ from logquake.history import FAIL, INFO, OK, Op
 from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.client import TOPIC_PREFIX, QueueClient, add_polled, complete, seek_back
+from logquake.workloads.generator import NODE
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
@@ -81,6 +102,14 @@ READ_BATCH = 100  # messages a poll reads per key at most
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
 ENDS_TIMEOUT = 5.0  # a final assign asks every key's end of the log within this, all in all
 RETRY_BACKOFF = 0.1
+NODE_ATTEMPTS = 40  # direct gets per read until the node asked answers one itself
+ATTEMPT_TIMEOUT = 1.0  # one direct get waits this long for its answer and the node's trace event
+NODE_READ_TIMEOUT = 8.0  # all attempts of one read from a node, within an op's 10 s
+NODE_READ_VERSION = (2, 11)  # message tracing and batched direct gets
+TRACE_DEST = "Nats-Trace-Dest"
+# Kinds of connection a trace event's egress names: a route, a gateway, a leafnode (the
+# request went on to another server), as nats-server numbers them.
+_FORWARDED = frozenset({1, 2, 4})
 
 ABORT_OPEN_S = 0.3  # how long an abort op's batch stays staged before it is dropped
 
@@ -126,6 +155,40 @@ def subject(k: int) -> str:
 
 def msg_id(k: int, v: Any) -> str:
     return f"{k}-{v}"
+
+
+def direct_get(k: int) -> str:
+    """The subject every replica of key k's stream answers direct gets on."""
+    return f"$JS.API.DIRECT.GET.{stream_name(k)}"
+
+
+class NodeReadError(Exception):
+    """A read from one node that the node did not answer itself."""
+
+
+def server_name(url: str, timeout: float = 2.0) -> str | None:
+    """The name a NATS server gives itself in the INFO it sends first; None when it says nothing."""
+    u = urlsplit(url if "://" in url else f"nats://{url}")
+    try:
+        with socket.create_connection((u.hostname or "", u.port or 4222), timeout=timeout) as sock:
+            line = sock.makefile("rb").readline(65536)
+        if not line.startswith(b"INFO "):
+            return None
+        name = json.loads(line[5:]).get("server_name")
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def _status(m: Any) -> str | None:
+    return (m.headers or {}).get("Status")
+
+
+def _version(v: Any) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in str(v).split("-")[0].split(".")[:2])
+    except ValueError:
+        return ()
 
 
 def _err_text(e: BaseException | str) -> str:
@@ -194,6 +257,8 @@ class JetStreamClient(QueueClient):
         self._nc: Any = None
         self._js: Any = None
         self._subs: dict[int, Any] = {}  # subscribe: key -> pull subscription on GROUP
+        self._node: str | None = None  # the node a final read reads from, None: any
+        self._not_held: set[int] = set()  # keys with no replica on that node
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -212,6 +277,11 @@ class JetStreamClient(QueueClient):
             self._loop = None
             raise
         self._js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT)
+
+    def node_bootstraps(self, bootstrap: str) -> dict[str, str]:
+        """Each server of `bootstrap` by the name it gives itself (its address if it says none)."""
+        urls = [u for u in bootstrap.split(",") if u]
+        return {server_name(u) or urlsplit(u).netloc or u: u for u in urls}
 
     def close(self) -> None:
         loop, nc, self._loop, self._nc, self._js = self._loop, self._nc, None, None, None
@@ -250,14 +320,20 @@ class JetStreamClient(QueueClient):
         # Positions live in this client: assigning asks nothing of the server.
         self.assigned = keys
         done = complete(op, OK, op.value)
+        self._node, self._not_held = op.get(NODE), set()
         if op.get("final"):
             assert self._loop is not None
-            ends = {str(k): None for k in keys}
+            ends: dict[str, int | None] = {str(k): None for k in keys}
             try:
-                ends.update(self._loop.run(self._ends(keys), timeout=ENDS_TIMEOUT + 1.0))
+                if self._node is None:
+                    ends.update(self._loop.run(self._ends(keys), timeout=ENDS_TIMEOUT + 1.0))
+                else:
+                    ends.update(self._loop.run(self._node_ends(keys, self._node), timeout=NODE_READ_TIMEOUT + 2.0))
             except TimeoutError as e:
                 log.info("ends: %s", e)
             done.extra["ends"] = ends
+            if self._node is not None:
+                done.extra["not_held"] = sorted(self._not_held)
         return done
 
     async def _ends(self, keys: list[int]) -> dict[str, int | None]:
@@ -275,6 +351,98 @@ class JetStreamClient(QueueClient):
 
         got = await asyncio.wait_for(asyncio.gather(*(end(k) for k in keys)), ENDS_TIMEOUT)
         return {str(k): e for k, e in zip(keys, got, strict=True)}
+
+    async def _node_ends(self, keys: list[int], node: str) -> dict[str, int | None]:
+        """Each key's end of the log on `node` alone (see the module docstring); None where
+        the node did not answer itself. Keys it holds no replica of go to `_not_held`."""
+
+        async def end(k: int) -> int | None:
+            try:
+                info = await self._js.stream_info(stream_name(k))
+            except nats.js.errors.NotFoundError:
+                return FIRST_SEQ  # no stream anywhere: nothing was stored
+            cluster = info.cluster
+            # Without a leader the replica list may leave one member out: no judgement then.
+            if cluster is not None and cluster.leader and node not in {cluster.leader} | {
+                    r.name for r in cluster.replicas or ()}:
+                self._not_held.add(k)
+                return FIRST_SEQ  # nothing to read there
+            if not info.config.allow_direct:
+                info.config.allow_direct = True
+                await self._js.update_stream(info.config)
+            replies = await self._ask_node(f"{direct_get(k)}.{subject(k)}", b"", node, batch=False)
+            m = replies[0]
+            if _status(m) == "404":
+                return FIRST_SEQ  # the node holds no message of the key
+            if _status(m) is not None:
+                raise NodeReadError(f"{node}: {_status(m)} {m.headers.get('Description', '')}")
+            return int(m.headers["Nats-Sequence"]) + 1
+
+        async def guarded(k: int) -> int | None:
+            try:
+                return await end(k)
+            except Exception as e:  # noqa: BLE001 - an end the node did not give stays unknown
+                log.info("end of %s on %s: %s", stream_name(k), node, _err_text(e))
+                return None
+
+        got = await asyncio.gather(*(guarded(k) for k in keys))
+        return {str(k): e for k, e in zip(keys, got, strict=True)}
+
+    async def _ask_node(self, subj: str, payload: bytes, node: str, *, batch: bool) -> list[Any]:
+        """The replies to a direct get that `node` answered itself; NodeReadError when it
+        answered none of NODE_ATTEMPTS requests, or this client is connected elsewhere."""
+        info = getattr(self._nc, "_server_info", None) or {}  # nats-py keeps the server's INFO here
+        if info.get("server_name") != node:
+            raise NodeReadError(f"connected to {info.get('server_name') or 'no server'}, not {node}")
+        if _version(info.get("version")) < NODE_READ_VERSION:
+            raise NodeReadError(f"nats-server {info.get('version')} on {node}: reading from one node needs "
+                                f"{'.'.join(map(str, NODE_READ_VERSION))}+ (message tracing, batched direct gets)")
+        deadline = asyncio.get_running_loop().time() + NODE_READ_TIMEOUT
+        for _ in range(NODE_ATTEMPTS):
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            replies = await self._ask_once(subj, payload, node, batch=batch)
+            if replies is not None:
+                if replies and _status(replies[-1]) == "503":
+                    raise NodeReadError(f"{node}: no server answers direct gets on {subj}")
+                return replies
+        raise NodeReadError(f"{node} answered none of its direct gets itself within {NODE_READ_TIMEOUT:.0f} s "
+                            f"({NODE_ATTEMPTS} at most; other replicas did, or nobody in time)")
+
+    async def _ask_once(self, subj: str, payload: bytes, node: str, *, batch: bool) -> list[Any] | None:
+        """One traced direct get: its replies if `node` answered it, None if another server
+        did (the node's trace event shows it forwarded the request) or no answer came in time."""
+        nc = self._nc
+        replies: list[Any] = []
+        trace: list[dict[str, Any]] = []
+        answered, traced = asyncio.Event(), asyncio.Event()
+
+        async def on_reply(m: Any) -> None:
+            replies.append(m)
+            if not batch or _status(m) is not None:  # a batch ends with a status (204 EOB, 404, ...)
+                answered.set()
+
+        async def on_trace(m: Any) -> None:
+            with contextlib.suppress(ValueError, AttributeError):
+                event = json.loads(m.data)
+                if event["server"]["name"] == node:
+                    trace.append(event)
+                    traced.set()
+
+        subs = [await nc.subscribe(nc.new_inbox(), cb=on_reply), await nc.subscribe(nc.new_inbox(), cb=on_trace)]
+        try:
+            await nc.publish(subj, payload, reply=subs[0].subject, headers={TRACE_DEST: subs[1].subject})
+            await asyncio.wait_for(asyncio.gather(answered.wait(), traced.wait()), ATTEMPT_TIMEOUT)
+        except TimeoutError:
+            return None
+        finally:
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        events = trace[0].get("events") or []
+        if any(e.get("type") == "eg" and e.get("kind") in _FORWARDED for e in events):
+            return None
+        return replies
 
     async def _unsubscribe(self) -> None:
         subs, self._subs = self._subs, {}
@@ -472,6 +640,8 @@ class JetStreamClient(QueueClient):
         return err
 
     async def _read_key(self, k: int) -> list[tuple[int, int]]:
+        if self._node is not None:
+            return await self._read_key_on(k, self._node)
         got: list[tuple[int, int]] = []
         seq = self.position.get(k, FIRST_SEQ)
         while len(got) < READ_BATCH:
@@ -481,6 +651,20 @@ class JetStreamClient(QueueClient):
                 break  # no message at or after seq (or no stream yet): read up to the end
             got.append((msg.seq, int(msg.data)))
             seq = msg.seq + 1
+        return got
+
+    async def _read_key_on(self, k: int, node: str) -> list[tuple[int, int]]:
+        """The messages `node` itself holds at or after this client's position (one batch)."""
+        if k in self._not_held:
+            return []
+        request = json.dumps({"seq": self.position.get(k, FIRST_SEQ), "batch": READ_BATCH}).encode()
+        got: list[tuple[int, int]] = []
+        for m in await self._ask_node(direct_get(k), request, node, batch=True):
+            status = _status(m)
+            if status is None:
+                got.append((int(m.headers["Nats-Sequence"]), int(m.data)))
+            elif status not in ("204", "404"):  # end of batch; no message at or after the position
+                raise NodeReadError(f"{node}: {status} {m.headers.get('Description', '')}")
         return got
 
     async def _fetch(self, polled: dict[str, list[list[Any]]], acks: list[Any]) -> BaseException | None:

@@ -38,7 +38,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from logquake.history import INVOKE, OK, Op
+from logquake.history import INFO, INVOKE, OK, Op
 
 MAIN, DRAIN = "main", "drain"
 #: The extra field that marks the drain's ops: the final read (README.md's History format).
@@ -249,6 +249,10 @@ class QueueGenerator:
         if event.type == INVOKE:
             return
         st = self._worker(ctx.worker)
+        if event.type == INFO and ctx.phase == DRAIN:
+            # The worker goes on as a new process (crew.Worker): its final read starts over
+            # with an assign of its own, as the checker counts a final read per process.
+            st.drain_assigned = False
         if event.f in ("assign", "subscribe"):
             if event.type == OK:
                 st.needs_assign = False

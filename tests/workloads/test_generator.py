@@ -116,11 +116,16 @@ def test_drain_assigns_all_keys_then_polls_until_highest_offsets_read():
     target = dict(gen.highest)
     assert target
     assert gen.op(ctx).f == "poll"
-    # an info poll teaches nothing; an ok poll reaching every key's highest offset ends the drain
+    # an info poll teaches nothing, and its worker goes on as a new process, whose final read
+    # starts with an assign of its own; an ok poll reaching every key's highest offset ends it
     everything = {str(k): [[off, 0]] for k, off in target.items()}
     gen.update(ctx, Op(process=0, type=INFO, f="poll", value=[["poll", everything]]))
-    assert gen.op(ctx) is not None
-    gen.update(ctx, Op(process=0, type=OK, f="poll", value=[["poll", everything]]))
+    ctx = Context(worker=0, process=1, phase=DRAIN)
+    op = gen.op(ctx)
+    assert op.f == "assign" and op.get("final") is True
+    gen.update(ctx, Op(process=1, type=OK, f="assign", value=op.value))
+    assert gen.op(ctx).f == "poll"
+    gen.update(ctx, Op(process=1, type=OK, f="poll", value=[["poll", everything]]))
     assert gen.op(ctx) is None
 
 

@@ -26,7 +26,8 @@ What can have happened when an op does not end ok (everything unlisted is info):
 - A write or update with no stream to store it (no responders) went nowhere: fail.
 - Timeouts, lost connections and any other error after the request was sent: info.
 
-nats-py is asyncio: the client runs its own loop on a thread (client.py's `_Loop`).
+nats-py is asyncio: the connection and the loop thread it runs on are the queue client's
+(client.py's `JetStreamClient.open`), so both workloads connect and reconnect alike.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-import nats
 import nats.errors
 import nats.js.errors
 from nats.js import api
@@ -45,7 +45,7 @@ from nats.js.kv import KeyValue
 
 from logquake.errors import ConfigError
 from logquake.history import FAIL, INFO, OK, Op
-from logquake.systems.jetstream.client import PUBLISH_TIMEOUT, _err_text, _ignore, _log_error, _Loop, classify
+from logquake.systems.jetstream.client import PUBLISH_TIMEOUT, JetStreamClient, _err_text, _Loop, classify
 from logquake.workloads.client import complete
 
 log = logging.getLogger("logquake.client.nats-kv")
@@ -94,40 +94,27 @@ class KVClient:
         self.replicas = replicas
         self.reads = kv_reads(reads)
         self.op_timeout = op_timeout
+        self._conn: JetStreamClient | None = None  # the connection and its loop
         self._loop: _Loop | None = None
         self._nc: Any = None
         self._kv: KeyValue | None = None
         self._bucket_made = False
 
     def open(self, bootstrap_servers: str) -> None:
-        """Connect to any of the comma-separated nats:// URLs; reconnects on its own afterwards."""
-        self._loop = _Loop()
-        try:
-            self._nc = self._loop.run(nats.connect(
-                servers=bootstrap_servers.split(","), connect_timeout=2, reconnect_time_wait=0.2,
-                max_reconnect_attempts=-1, allow_reconnect=True, ping_interval=2, max_outstanding_pings=2,
-                error_cb=_log_error, disconnected_cb=_ignore, reconnected_cb=_ignore, closed_cb=_ignore,
-            ), timeout=10.0)
-        except BaseException:
-            self._loop.stop()
-            self._loop = None
-            raise
-        js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT)
+        """Connect as the queue client does (its loop thread, reconnecting on its own)."""
+        self._conn = JetStreamClient(replicas=self.replicas, op_timeout=self.op_timeout)
+        self._conn.open(bootstrap_servers)
+        self._loop, self._nc = self._conn._loop, self._conn._nc
         # A handle names the bucket and says how it reads; it asks the server nothing, so a
         # client opened during a fault still opens. The bucket is made on the first op.
         self._kv = KeyValue(name=self.bucket, stream=KV_STREAM_TEMPLATE.format(bucket=self.bucket),
-                            pre=KV_PRE_TEMPLATE.format(bucket=self.bucket), js=js, direct=self.reads == DIRECT)
+                            pre=KV_PRE_TEMPLATE.format(bucket=self.bucket), js=self._conn._js,
+                            direct=self.reads == DIRECT)
 
     def close(self) -> None:
-        loop, nc, self._loop, self._nc, self._kv = self._loop, self._nc, None, None, None
-        if loop is None:
-            return
-        try:
-            if nc is not None:
-                loop.run(nc.close(), timeout=2.0)
-        except BaseException:  # noqa: BLE001 - close never raises
-            pass
-        loop.stop()
+        conn, self._conn, self._loop, self._nc, self._kv = self._conn, None, None, None, None
+        if conn is not None:
+            conn.close()
 
     def invoke(self, op: Op) -> Op:
         if op.f == "read":

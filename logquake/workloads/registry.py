@@ -208,6 +208,39 @@ def _offsets_banner(cfg: TestConfig) -> str:
             "standalone commits, checked as registers for linearizability")
 
 
+# -- kv: a key-value store's keys as cas registers -------------------------------------------
+
+
+def _kv_check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
+    from logquake.workloads import kv
+
+    return kv.analyse(ops)
+
+
+def _kv_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    from logquake.workloads import kv
+
+    return kv.client_configs(cfg)
+
+
+def _kv_generator(cfg: TestConfig) -> Generator:
+    from logquake.workloads import kv
+
+    return kv.make_generator(cfg)
+
+
+def _kv_client(cfg: TestConfig) -> Client:
+    from logquake.workloads import kv
+
+    return kv.make_client(cfg)
+
+
+def _kv_banner(cfg: TestConfig) -> str:
+    from logquake.workloads import kv
+
+    return kv.banner(cfg)
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
@@ -223,6 +256,12 @@ WORKLOADS: dict[str, Workload] = {
                  client_configs=_offsets_configs, make_generator=_offsets_generator, make_client=_offsets_client,
                  offset_commit="the ops themselves (OffsetCommit, OffsetFetch)", guarantee_applies=False,
                  banner=_offsets_banner),
+        # Like offsets: the ops are the store's own, with nothing a delivery guarantee changes.
+        Workload(name="kv", summary="a key-value store's keys (get, put, compare-and-set), checked as linearizable",
+                 clients=("nats-py",), check=_kv_check, allowed=lambda cfg: frozenset(),
+                 client_configs=_kv_configs, make_generator=_kv_generator, make_client=_kv_client,
+                 offset_commit="none: the ops are KV gets, puts and revision-checked updates",
+                 guarantee_applies=False, banner=_kv_banner),
     )
 }
 

@@ -7,14 +7,16 @@ import pytest
 from logquake.config import TestConfig, resolve_config
 from logquake.errors import ConfigError
 from logquake.guarantees import GUARANTEES, apply_guarantee
+from logquake.systems import SYSTEMS, get_system
 from logquake.workloads import WORKLOADS, Workload, get_workload
 from logquake.workloads.registry import describe
 
 
 def test_config_accepts_exactly_the_registered_workloads():
     for name in WORKLOADS:
-        assert resolve_config(None, {"workload": name}).workload == name
-    with pytest.raises(ConfigError, match="must be one of queue, pipeline, offsets; got 'stream'"):
+        system = next(s for s in SYSTEMS if name in get_system(s).workloads)  # kv is JetStream's alone
+        assert resolve_config(None, {"workload": name, "system": system}).workload == name
+    with pytest.raises(ConfigError, match="must be one of queue, pipeline, offsets, kv; got 'stream'"):
         resolve_config(None, {"workload": "stream"})
     with pytest.raises(ConfigError, match="workload"):
         get_workload("stream")
@@ -24,7 +26,7 @@ def test_a_workload_is_driven_by_the_runner_or_drives_itself_never_both():
     for w in WORKLOADS.values():
         assert (w.drive is None) == (w.make_generator is not None and w.make_client is not None), w.name
         assert (w.banner is None) == w.guarantee_applies, w.name
-    assert [w.name for w in WORKLOADS.values() if not w.guarantee_applies] == ["offsets"]
+    assert [w.name for w in WORKLOADS.values() if not w.guarantee_applies] == ["offsets", "kv"]
     with pytest.raises(ValueError, match="make_generator and make_client, or drive"):
         Workload(name="x", summary="", clients=(), check=lambda ops, cfg: {}, allowed=lambda cfg: frozenset(),
                  client_configs=lambda cfg: ({}, {}), make_generator=lambda cfg: None)

@@ -58,7 +58,7 @@ def _main_options(
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Test config YAML.")] = None,
-    workload: Annotated[str | None, typer.Option(help="queue | pipeline | offsets (default queue).")] = None,
+    workload: Annotated[str | None, typer.Option(help="queue | pipeline | offsets | kv (default queue).")] = None,
     system: Annotated[
         str | None, typer.Option(help="The system under test: kafka | jetstream (default kafka).")
     ] = None,

@@ -4,7 +4,7 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
 
     name              test name; the results land in results/<name>/<start time>/   (the workload)
     system            kafka | jetstream: the system under test (logquake.systems)     (kafka)
-    workload          queue | pipeline | offsets                                     (queue)
+    workload          queue | pipeline | offsets | kv                                (queue)
     backend           lab | docker | ssh | external                                  (lab)
     nodes             number of broker nodes, 1-15                                   (5)
     time_limit        seconds of the main phase (with faults); a plain run takes ~1 min (45)
@@ -30,7 +30,7 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     results_dir       where run directories go                                       (results)
     broker            node config passed to every broker (fsync, unsafe: {...})      ({})
     jetstream         system jetstream: {binary, sync_interval, replicas,
-                      duplicate_window} (logquake/systems/jetstream/server.py)           ({})
+                      duplicate_window, kv_reads} (logquake/systems/jetstream/server.py) ({})
     producer          client producer settings, library-neutral: {acks: 1, retries: 0,
                       idempotence: true}
                       (default acks=all, idempotent; acks=1 is for testing the harness)  ({})

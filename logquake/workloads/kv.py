@@ -112,7 +112,7 @@ def make_generator(cfg: TestConfig) -> KVGenerator:
 
 def reads(cfg: TestConfig) -> str:
     """How the test's clients read (`jetstream.kv_reads`), checked."""
-    from logquake.systems.jetstream.kv import kv_reads
+    from logquake.systems.jetstream.server import kv_reads
 
     return kv_reads((cfg.jetstream or {}).get("kv_reads"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from logquake.cluster.lab import harness_can_reach
+from logquake.systems.base import port_open
 
 from .labkit import lab, wait_until
 
@@ -58,6 +58,6 @@ def ssh_lab(n: int, base: Path) -> Iterator[SshLab]:
                        logfile=str(keys / f"sshd_{node}.log"))
         (keys / "known_hosts").write_text("\n".join(known) + "\n")
         for node in hosts:
-            wait_until(lambda a=state.addresses[node]: harness_can_reach(a, 22), what=f"sshd on {node}")
+            wait_until(lambda a=state.addresses[node]: port_open(a, 22), what=f"sshd on {node}")
         yield SshLab(addresses=dict(state.addresses), key=str(keys / "client"),
                      known_hosts=str(keys / "known_hosts"), host_keys=host_keys, hosts=hosts)

@@ -8,7 +8,7 @@ import pytest
 
 from logquake.cluster import load_states
 from logquake.cluster.conformance import check_host
-from logquake.cluster.lab import harness_can_reach
+from logquake.systems.base import port_open
 
 from .labkit import connect_matrix, lab, start_listeners, wait_until
 
@@ -23,7 +23,7 @@ def test_nodes_reach_each_other_and_the_harness_reaches_them(tmp_path):
         start_listeners(state, hosts, tmp_path / "l")
         assert connect_matrix(state, hosts) == set()
         for addr in state.addresses.values():
-            assert wait_until(lambda a=addr: harness_can_reach(a, 7000), what=f"harness -> {addr}")
+            assert wait_until(lambda a=addr: port_open(a, 7000), what=f"harness -> {addr}")
         # each node has exactly its own address: its own namespace, not the harness's
         for n, h in hosts.items():
             out = h.exec(["ip", "-4", "-o", "addr"]).out
@@ -45,7 +45,7 @@ def test_two_clusters_coexist_and_state_files_track_them(tmp_path):
         start_listeners(sa, ha, tmp_path / "la")
         start_listeners(sb, hb, tmp_path / "lb")
         for addr in [*sa.addresses.values(), *sb.addresses.values()]:
-            assert wait_until(lambda a=addr: harness_can_reach(a, 7000), what=addr)
+            assert wait_until(lambda a=addr: port_open(a, 7000), what=addr)
     ids = {s.cluster_id for s in load_states()}
     assert sa.cluster_id not in ids and sb.cluster_id not in ids
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout

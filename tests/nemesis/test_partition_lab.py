@@ -84,8 +84,8 @@ def test_thorough_heal_removes_leftovers_of_a_crashed_harness(lab5):
 
 @pytest.mark.slow
 def test_clients_partition_cuts_only_the_harness_from_some_brokers(lab5):
-    from logquake.cluster.lab import harness_can_reach
     from logquake.nemesis import CLIENTS
+    from logquake.systems.base import port_open
 
     state, hosts, _net = lab5
     net = Net(hosts, {**state.addresses, CLIENTS: state.harness_addr}, iptables=state.iptables)
@@ -95,9 +95,9 @@ def test_clients_partition_cuts_only_the_harness_from_some_brokers(lab5):
     net.drop(grudge)
     try:
         for n in hosts:
-            reached = any(harness_can_reach(state.addresses[n], 7000, timeout=1.0) for _ in range(2))
+            reached = any(port_open(state.addresses[n], 7000, timeout=1.0) for _ in range(2))
             assert reached == (n not in cut), n
         assert connect_matrix(state, hosts) == set()  # brokers still talk among themselves
     finally:
         net.heal()
-    assert all(harness_can_reach(state.addresses[n], 7000, timeout=2.0) for n in hosts)
+    assert all(port_open(state.addresses[n], 7000, timeout=2.0) for n in hosts)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from cluster.labkit import fake_cluster, wait_until
 
-from logquake.cluster.lab import harness_can_reach
 from logquake.nemesis import CLIENTS, OUT_CHAIN, Net, PartitionFault
+from logquake.systems.base import port_open
 
 pytestmark = pytest.mark.lab
 
@@ -56,7 +56,7 @@ def _echo_on(c, node: str, base: Path) -> Path:
     script.write_text(ECHO)
     c.hosts[node].spawn([sys.executable, str(script), c.addresses[node], str(PORT), str(log)],
                         pidfile=str(base / f"{node}.echo.pid"), logfile=str(base / f"{node}.echo.log"))
-    wait_until(lambda: harness_can_reach(c.addresses[node], PORT), what=f"echo server on {node}")
+    wait_until(lambda: port_open(c.addresses[node], PORT), what=f"echo server on {node}")
     return log
 
 

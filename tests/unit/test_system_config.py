@@ -47,6 +47,7 @@ def test_cli_refuses_what_jetstream_cannot_do(tmp_path: Path, flags: tuple[str, 
     ({"jetstream": {"replicas": 4}, "nodes": 3}, "jetstream.replicas"),
     ({"jetstream": {"sync_interval": "sometimes"}}, "jetstream.sync_interval"),
     ({"jetstream": "always"}, "jetstream"),
+    ({"jetstream": {"kv_reads": "follower"}}, "jetstream.kv_reads"),
 ])
 def test_jetstream_refusals_name_the_key(values: dict, key: str) -> None:
     with pytest.raises(ConfigError) as e:

@@ -43,28 +43,16 @@ from nats.js import api
 from nats.js.client import KV_PRE_TEMPLATE, KV_STREAM_TEMPLATE
 from nats.js.kv import KeyValue
 
-from logquake.errors import ConfigError
 from logquake.history import FAIL, INFO, OK, Op
 from logquake.systems.jetstream.client import PUBLISH_TIMEOUT, JetStreamClient, _err_text, _Loop, classify
+from logquake.systems.jetstream.server import DIRECT, LEADER, kv_reads
 from logquake.workloads.client import complete
 
 log = logging.getLogger("logquake.client.nats-kv")
 
 BUCKET = "lq-kv"
-LEADER, DIRECT = "leader", "direct"
-KV_READS = (LEADER, DIRECT)
 OP_TIMEOUT = 5.0  # s an op waits for its answers before it is info
 WRONG_LAST_SEQUENCE = (10071, 10164)  # JetStream's refusals of an expected last sequence
-
-
-def kv_reads(raw: Any) -> str:
-    """The `jetstream.kv_reads` setting checked: `leader` (the default) or `direct`."""
-    if raw is None:
-        return LEADER
-    if raw not in KV_READS:
-        raise ConfigError("jetstream.kv_reads", f"expected one of {', '.join(KV_READS)}, got {raw!r}",
-                          hint="leader: gets answered by the stream leader; direct: by any replica (allow_direct)")
-    return str(raw)
 
 
 def key_name(k: int) -> str:

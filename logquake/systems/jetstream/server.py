@@ -123,12 +123,15 @@ class JetStreamSettings:
         replicas: each stream's replicas; None: the test's replication_factor.
         duplicate_window: how long a stream remembers Nats-Msg-Ids for dedup (Go duration).
             Server default: 2m.
+        kv_reads: how the kv workload reads a key: "leader" (the stream leader answers; the
+            default) or "direct" (any replica answers a direct get, `allow_direct`).
     """
 
     binary: str | None = None
     sync_interval: str | None = None
     replicas: int | None = None
     duplicate_window: str | None = None
+    kv_reads: str | None = None
 
     def describe(self) -> dict[str, Any]:
         """What test.json stores: the keys given, and the binary actually run with its version."""
@@ -153,13 +156,27 @@ def _binary(v: Any) -> str:
     return find_binary(v)
 
 
+LEADER, DIRECT = "leader", "direct"
+KV_READS = (LEADER, DIRECT)
+
+
+def kv_reads(raw: Any) -> str:
+    """The `jetstream.kv_reads` setting checked: `leader` (the default) or `direct`."""
+    if raw is None:
+        return LEADER
+    if raw not in KV_READS:
+        raise ConfigError("jetstream.kv_reads", f"expected one of {', '.join(KV_READS)}, got {raw!r}",
+                          hint="leader: gets answered by the stream leader; direct: by any replica (allow_direct)")
+    return str(raw)
+
+
 def parse_settings(raw: Mapping[str, Any] | None, *, nodes: int) -> JetStreamSettings:
     """The `jetstream:` mapping checked against `nodes`; ConfigError naming `jetstream.<key>`."""
     if raw is None:
         return JetStreamSettings()
     if not isinstance(raw, Mapping):
         raise ConfigError("jetstream", f"expected a mapping of settings, got {raw!r}")
-    known = ("binary", "sync_interval", "replicas", "duplicate_window")
+    known = ("binary", "sync_interval", "replicas", "duplicate_window", "kv_reads")
     for key in raw:
         if key not in known:
             raise ConfigError(f"jetstream.{key}", f"unknown setting; expected one of {', '.join(known)}")
@@ -174,6 +191,7 @@ def parse_settings(raw: Mapping[str, Any] | None, *, nodes: int) -> JetStreamSet
         sync_interval=_duration("sync_interval", raw["sync_interval"], always=True) if "sync_interval" in raw else None,
         replicas=replicas,
         duplicate_window=_duration("duplicate_window", raw["duplicate_window"]) if "duplicate_window" in raw else None,
+        kv_reads=kv_reads(raw["kv_reads"]) if "kv_reads" in raw else None,
     )
 
 

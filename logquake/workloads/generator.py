@@ -172,13 +172,13 @@ class QueueGenerator:
         if st.needs_assign or rng.randrange(REASSIGN_ONE_IN) == 0:
             return self._assign_op(ctx, rng)
         if rng.randrange(CRASH_ONE_IN) == 0:
-            return _invoke(ctx, "crash", None)
+            return invoke(ctx, "crash", None)
         n = rng.randint(1, 4) if self.txn else 1
         value = self._one_key_sends(rng, n) if self.txn and self.one_key_txns else [self._micro(rng) for _ in range(n)]
         if self.txn and self.abort_fraction and rng.random() < self.abort_fraction:
             if any(m[0] == "send" for m in value):  # a read-only transaction has nothing to abort
-                return _invoke(ctx, micro_f(value), value, abort=True)
-        return _invoke(ctx, micro_f(value), value)
+                return invoke(ctx, micro_f(value), value, abort=True)
+        return invoke(ctx, micro_f(value), value)
 
     def _micro(self, rng: random.Random) -> list[Any]:
         if rng.random() < 0.5:
@@ -196,7 +196,7 @@ class QueueGenerator:
     def _assign_op(self, ctx: Context, rng: random.Random) -> Op:
         n = rng.randint(1, len(self.active))
         keys = sorted(rng.sample(self.active, n))
-        return _invoke(ctx, self.sub_via, keys)
+        return invoke(ctx, self.sub_via, keys)
 
     def _drain_op(self, ctx: Context) -> Op | None:
         st = self._worker(ctx.worker)
@@ -204,7 +204,7 @@ class QueueGenerator:
         if ctx.worker in self._nodes:
             final[NODE] = self._nodes[ctx.worker]
         if st.needs_assign or not st.drain_assigned:
-            return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **final)
+            return invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **final)
         drained = self.drained(ctx.worker)
         if drained and not self._short(st):
             return None
@@ -214,10 +214,10 @@ class QueueGenerator:
                 st.settle += 1
             else:
                 st.rereads, st.settle, st.drain_assigned = st.rereads + 1, 0, False
-                return _invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **final)
+                return invoke(ctx, "assign", self.all_keys, seek_to_beginning=True, **final)
         elif drained:
             return None
-        return _invoke(ctx, "poll", [["poll"]], **final)
+        return invoke(ctx, "poll", [["poll"]], **final)
 
     def _short(self, st: _Worker) -> bool:
         """Does a reported end lie below an offset known to hold a value?"""
@@ -286,5 +286,16 @@ class QueueGenerator:
             self.highest[k] = offset
 
 
-def _invoke(ctx: Context, f: str, value: Any, **extra: Any) -> Op:
+def invoke(ctx: Context, f: str, value: Any, **extra: Any) -> Op:
+    """The invocation of an op by ctx's process (every generator's ops are made here)."""
     return Op(process=ctx.process, type=INVOKE, f=f, value=value, extra=extra)
+
+
+def settle_drain_read(left: list[Any], event: Op) -> None:
+    """A register workload's drain: the key of a read is done once a read of it succeeded;
+    one whose read did not goes to the back of the line."""
+    k = event.value[0]
+    if k in left:
+        left.remove(k)
+        if event.type != OK:
+            left.append(k)

@@ -25,8 +25,8 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from logquake.history import INVOKE, OK, Op
-from logquake.workloads.generator import DRAIN, Context
+from logquake.history import OK, Op
+from logquake.workloads.generator import DRAIN, Context, invoke, settle_drain_read
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
@@ -73,14 +73,14 @@ class KVGenerator:
         if ctx.phase == DRAIN:
             if st.drain_left is None:
                 st.drain_left = list(range(self.keys))
-            return _invoke(ctx, "read", [st.drain_left[0], None]) if st.drain_left else None
+            return invoke(ctx, "read", [st.drain_left[0], None]) if st.drain_left else None
         k = st.rng.randrange(self.keys)
         roll = st.rng.random()
         if roll < READ_SHARE:
-            return _invoke(ctx, "read", [k, None])
+            return invoke(ctx, "read", [k, None])
         if roll < READ_SHARE + WRITE_SHARE:
-            return _invoke(ctx, "write", [k, self._fresh(k)])
-        return _invoke(ctx, "cas", [k, [self.last_seen.get(k), self._fresh(k)]])
+            return invoke(ctx, "write", [k, self._fresh(k)])
+        return invoke(ctx, "cas", [k, [self.last_seen.get(k), self._fresh(k)]])
 
     def update(self, ctx: Context, event: Op) -> None:
         """Learn what a key holds from ok ops; in the drain, a key is done once one of this
@@ -91,15 +91,7 @@ class KVGenerator:
         st = self._worker(ctx.worker)
         if ctx.phase != DRAIN or event.f != "read" or not st.drain_left:
             return
-        k = event.value[0]
-        if k in st.drain_left:
-            st.drain_left.remove(k)
-            if event.type != OK:
-                st.drain_left.append(k)
-
-
-def _invoke(ctx: Context, f: str, value: Any) -> Op:
-    return Op(process=ctx.process, type=INVOKE, f=f, value=value)
+        settle_drain_read(st.drain_left, event)
 
 
 # -- from a TestConfig ------------------------------------------------------------------

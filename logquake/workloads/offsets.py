@@ -40,9 +40,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from logquake.checker import check_linearizable, get_model
 from logquake.config import TestConfig
-from logquake.history import FAIL, INFO, INVOKE, OK, Op
+from logquake.history import FAIL, INFO, OK, Op
 from logquake.workloads.client import complete
-from logquake.workloads.generator import DRAIN, Context
+from logquake.workloads.generator import DRAIN, Context, invoke, settle_drain_read
 
 log = logging.getLogger("logquake.client.offsets")
 
@@ -112,13 +112,13 @@ class OffsetsGenerator:
         if ctx.phase == DRAIN:
             if st.drain_left is None:
                 st.drain_left = list(self.keys.keys)
-            return _invoke(ctx, "read", [st.drain_left[0], None]) if st.drain_left else None
+            return invoke(ctx, "read", [st.drain_left[0], None]) if st.drain_left else None
         k = st.rng.choice(self.keys.keys)
         if st.rng.random() < self.read_share:
-            return _invoke(ctx, "read", [k, None])
+            return invoke(ctx, "read", [k, None])
         v = self.next_value.get(k, 1)
         self.next_value[k] = v + 1
-        return _invoke(ctx, "write", [k, v])
+        return invoke(ctx, "write", [k, v])
 
     def update(self, ctx: Context, event: Op) -> None:
         """Drain: a key is done once one of this worker's reads of it succeeded; a key
@@ -126,15 +126,7 @@ class OffsetsGenerator:
         st = self._worker(ctx.worker)
         if ctx.phase != DRAIN or event.f != "read" or not st.drain_left:
             return
-        k = event.value[0]
-        if k in st.drain_left:
-            st.drain_left.remove(k)
-            if event.type != OK:
-                st.drain_left.append(k)
-
-
-def _invoke(ctx: Context, f: str, value: Any) -> Op:
-    return Op(process=ctx.process, type=INVOKE, f=f, value=value)
+        settle_drain_read(st.drain_left, event)
 
 
 # -- the confluent-kafka client -------------------------------------------------------------

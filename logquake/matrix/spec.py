@@ -6,7 +6,7 @@ so a bad key or value is a `ConfigError` naming it before the first run starts.
 A matrix has two parts:
 
 - `safe`: every workload preset x every nemesis against the correct broker; each run must
-  come out valid.
+  come out valid. A preset's own `nemeses` list replaces the matrix's for it.
 - `unsafe`: one cell per unsafe broker mode (docs/unsafe-modes.md) with the nemesis and flags
   that expose it and the anomaly types expected; each run must come out invalid with at least
   one of them among the bad anomalies ("caught").
@@ -206,11 +206,17 @@ def _safe_cells(safe: Mapping[str, Any], base: dict[str, Any], axis: list[str], 
         workloads = {w: {} for w in workloads}
     cells = []
     for wname, wcfg in workloads.items():
-        for nem in safe.get("nemeses") or ["none"]:
-            nems = _nemeses(nem, "matrix.safe.nemeses")
+        wcfg = dict(wcfg or {})
+        # A preset may name its own nemeses (a 5-node preset only under the crash faults).
+        where = f"matrix.safe.workloads.{wname}.nemeses" if "nemeses" in wcfg else "matrix.safe.nemeses"
+        nemeses = wcfg.pop("nemeses", None) or safe.get("nemeses") or ["none"]
+        if not isinstance(nemeses, list):
+            raise ConfigError(where, f"expected a list of nemeses, got {nemeses!r}")
+        for nem in nemeses:
+            nems = _nemeses(nem, where)
             label = "+".join(nems) or "none"
-            cfg = {**base, **(wcfg or {}), "nemesis": nems, "name": f"safe-{wname}-{label}"}
-            for name, c, _ in _per_profile(f"safe/{wname}/{label}", cfg, axis, "guarantee" in (wcfg or {}),
+            cfg = {**base, **wcfg, "nemesis": nems, "name": f"safe-{wname}-{label}"}
+            for name, c, _ in _per_profile(f"safe/{wname}/{label}", cfg, axis, "guarantee" in wcfg,
                                            skipped):
                 cells.append(Cell(name=name, config=c))
     return cells

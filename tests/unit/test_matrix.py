@@ -74,8 +74,18 @@ def test_expansion_is_workloads_x_nemeses_plus_modes_times_seeds():
     assert parse_matrix(raw, test_count=1, time_limit=5).cells[0].config["time_limit"] == 5
 
 
+def test_a_preset_may_name_its_own_nemeses():
+    raw = {"safe": {"workloads": {"queue": {}, "big": {"nodes": 5, "nemeses": ["kill", "pause-kill"]}},
+                    "nemeses": ["none", "partition"]}}
+    names = [c.name for c in parse_matrix(raw).cells]
+    assert names == ["safe/queue/none", "safe/queue/partition", "safe/big/kill", "safe/big/pause-kill"]
+    big = parse_matrix(raw).cells[-1].config
+    assert big["nodes"] == 5 and "nemeses" not in big
+
+
 @pytest.mark.parametrize("raw, key", [
     ({"bogus": 1}, "matrix.bogus"),
+    ({"safe": {"workloads": {"q": {"nemeses": "kill"}}}}, "matrix.safe.workloads.q.nemeses"),
     ({"safe": {"nemeses": ["quake"]}}, "matrix cell safe/queue/quake"),
     ({"unsafe": [{"mode": {"ack": "early"}}]}, "matrix.unsafe[0].expect"),
     ({"unsafe": [{"expect": ["lost-write"]}]}, "matrix.unsafe[0]"),

@@ -78,8 +78,9 @@ def test_a_cas_whose_revision_went_stale_is_refused_and_fails(cluster):
 
         async def get_then_race(k):
             seen = await real_get(k)
-            # other's connection lives on its own loop: block this one while it writes.
-            assert other.invoke(_op("write", [k, 2])).type == OK
+            # Every client's connection lives on the process's one loop: other's put is
+            # awaited here, between c's get and its update.
+            assert (await other._write(_op("write", [k, 2]))).type == OK
             return seen
 
         c._get = get_then_race  # type: ignore[method-assign]

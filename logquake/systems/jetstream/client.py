@@ -86,6 +86,7 @@ from nats.js import api
 from logquake.errors import ConfigError
 from logquake.history import FAIL, INFO, OK, Op
 from logquake.systems.jetstream import batch
+from logquake.systems.jetstream.batch import version_tuple  # `batch` is also a parameter below
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.client import TOPIC_PREFIX, QueueClient, add_polled, complete, seek_back
 from logquake.workloads.generator import NODE
@@ -182,13 +183,6 @@ def server_name(url: str, timeout: float = 2.0) -> str | None:
 
 def _status(m: Any) -> str | None:
     return (m.headers or {}).get("Status")
-
-
-def _version(v: Any) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in str(v).split("-")[0].split(".")[:2])
-    except ValueError:
-        return ()
 
 
 def _err_text(e: BaseException | str) -> str:
@@ -394,7 +388,7 @@ class JetStreamClient(QueueClient):
         info = getattr(self._nc, "_server_info", None) or {}  # nats-py keeps the server's INFO here
         if info.get("server_name") != node:
             raise NodeReadError(f"connected to {info.get('server_name') or 'no server'}, not {node}")
-        if _version(info.get("version")) < NODE_READ_VERSION:
+        if (version_tuple(str(info.get("version") or "")) or ())[:2] < NODE_READ_VERSION:
             raise NodeReadError(f"nats-server {info.get('version')} on {node}: reading from one node needs "
                                 f"{'.'.join(map(str, NODE_READ_VERSION))}+ (message tracing, batched direct gets)")
         deadline = asyncio.get_running_loop().time() + NODE_READ_TIMEOUT
@@ -472,12 +466,15 @@ class JetStreamClient(QueueClient):
         self.subscribed = True
         return complete(op, OK, op.value)
 
-    async def _ensure_stream(self, k: int) -> None:
+    def _stream_config(self, k: int, *, allow_atomic: bool = False) -> api.StreamConfig:
         cfg = api.StreamConfig(name=stream_name(k), subjects=[subject(k)], num_replicas=self.replicas,
-                               storage=api.StorageType.FILE)
+                               storage=api.StorageType.FILE, allow_atomic=allow_atomic or None)
         if self.duplicate_window is not None:
             cfg.duplicate_window = duration_seconds(self.duplicate_window)
-        await self._js.add_stream(cfg)
+        return cfg
+
+    async def _ensure_stream(self, k: int) -> None:
+        await self._js.add_stream(self._stream_config(k))
 
     # -- send / poll ------------------------------------------------------------------
 
@@ -614,10 +611,7 @@ class JetStreamClient(QueueClient):
     async def _ensure_atomic(self, k: int) -> None:
         """Key k's stream, created or updated to allow atomic publish; logged when that fails
         (the next attempt's batch is then refused again, and says why)."""
-        cfg = api.StreamConfig(name=stream_name(k), subjects=[subject(k)], num_replicas=self.replicas,
-                               storage=api.StorageType.FILE, allow_atomic=True)
-        if self.duplicate_window is not None:
-            cfg.duplicate_window = duration_seconds(self.duplicate_window)
+        cfg = self._stream_config(k, allow_atomic=True)
         try:
             try:
                 await self._js.add_stream(cfg)

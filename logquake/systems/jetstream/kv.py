@@ -23,7 +23,9 @@ What can have happened when an op does not end ok (everything unlisted is info):
   was checked before it was proposed to the stream's Raft group: nothing stored, fail.
   What the key held instead is not known (the get may have been stale, or another write
   came between), so the failed cas says nothing about the register and the checker drops it.
-- A write or update with no stream to store it (no responders) went nowhere: fail.
+- A write or update with no stream to store it (no responders) went nowhere: it is tried
+  again (after making the bucket) while the op has time, as the queue client's publish is,
+  since a bucket just made answers no one until its stream has a leader; fail if it never did.
 - Timeouts, lost connections and any other error after the request was sent: info.
 
 nats-py is asyncio: the connection and the loop thread it runs on are the queue client's
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import nats.errors
@@ -44,7 +46,14 @@ from nats.js.client import KV_PRE_TEMPLATE, KV_STREAM_TEMPLATE
 from nats.js.kv import KeyValue
 
 from logquake.history import FAIL, INFO, OK, Op
-from logquake.systems.jetstream.client import PUBLISH_TIMEOUT, JetStreamClient, _err_text, _Loop, classify
+from logquake.systems.jetstream.client import (
+    PUBLISH_TIMEOUT,
+    RETRY_BACKOFF,
+    JetStreamClient,
+    _err_text,
+    _Loop,
+    classify,
+)
 from logquake.systems.jetstream.server import DIRECT, LEADER, kv_reads
 from logquake.workloads.client import complete
 
@@ -156,9 +165,8 @@ class KVClient:
         k, v = op.value
         await self._ensure_bucket()
         try:
-            await asyncio.wait_for(self._kv.put(key_name(k), str(v).encode()), self.op_timeout)
+            await self._store(lambda: self._kv.put(key_name(k), str(v).encode()))
         except Exception as e:  # noqa: BLE001 - classified
-            await self._after_no_stream(e)
             return complete(op, _classify(e), op.value, error=_err_text(e))
         return complete(op, OK, [k, v])
 
@@ -174,16 +182,35 @@ class KVClient:
         if seen != old:
             return complete(op, FAIL, op.value, error=f"get found {seen!r}, not {old!r}: no update sent")
         try:
-            await asyncio.wait_for(self._kv.update(key_name(k), str(new).encode(), last=revision), self.op_timeout)
+            await self._store(lambda: self._kv.update(key_name(k), str(new).encode(), last=revision))
         except Exception as e:  # noqa: BLE001 - classified
-            await self._after_no_stream(e)
             return complete(op, _classify(e), op.value, error=f"update at revision {revision}: {_err_text(e)}")
         return complete(op, OK, [k, [old, new]])
 
+    async def _store(self, request: Callable[[], Awaitable[Any]]) -> None:
+        """Send a put or update; again while no stream answered it (nothing was stored then)
+        and the op has time left; raise what ended the last attempt."""
+        deadline = asyncio.get_running_loop().time() + self.op_timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                await asyncio.wait_for(request(), max(left, 0.1))
+                return
+            except Exception as e:  # noqa: BLE001 - the caller classifies what is raised
+                await self._after_no_stream(e)
+                if not _no_stream(e) or deadline - asyncio.get_running_loop().time() < PUBLISH_TIMEOUT:
+                    raise
+            await asyncio.sleep(RETRY_BACKOFF)
+
     async def _after_no_stream(self, e: BaseException) -> None:
-        if isinstance(e, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+        if _no_stream(e):
             self._bucket_made = False
             await self._ensure_bucket()
+
+
+def _no_stream(e: BaseException) -> bool:
+    """No stream answered the request: the server forwarded it nowhere, nothing was stored."""
+    return isinstance(e, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError)
 
 
 def _classify(e: BaseException) -> str:

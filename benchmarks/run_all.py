@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/run_all.py [--quick] [--only NAME ...] [--out DIR]
 
 Each script prints its figures; the parsers below turn that output into rows
-{benchmark, metric, value, unit, reference, ratio, target, met} (bench_jetstream writes its
-rows itself through --json). A figure a parser cannot find becomes a row saying so, a script
-that fails becomes a row with its exit code, so the table always shows what is missing.
+{benchmark, metric, value, unit, reference, ratio, target, met} (bench_jetstream and
+bench_jetstream_txn write theirs through --json). A figure a parser cannot find becomes a row
+saying so, a script that fails becomes a row with its exit code, so the table always shows
+what is missing.
 Writes DIR/<UTC date-time>.json and .md (DIR defaults to benchmarks/results/, gitignored),
 with the machine (nproc, memory, load average and machine_probe.py's figures before and
 after), and prints the table.
@@ -217,6 +218,8 @@ BENCHES = (
     Bench(name="broker", script="bench_broker.py", full=(), quick=("--messages", "20000"), parse=parse_broker),
     Bench(name="jetstream", script="bench_jetstream.py", full=("--messages", "100000"),
           quick=("--messages", "20000", "--seconds", "5", "--rounds", "1", "--up-rounds", "1"), parse=None),
+    Bench(name="jetstream-txn", script="bench_jetstream_txn.py", full=(), quick=("--seconds", "5", "--rounds", "1"),
+          parse=None),
     Bench(name="lab", script="bench_lab.py", full=(), quick=("--rounds", "3"), parse=parse_lab),
     Bench(name="harness", script="bench_harness.py", full=(), quick=("--seconds", "5"), parse=parse_harness),
     Bench(name="checker", script="bench_checker.py", full=(), quick=("--ops", "100000", "--g1c-txns", "10000"),

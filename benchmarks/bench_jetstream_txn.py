@@ -140,6 +140,8 @@ def half(system: str, workers: int, seconds: float, warmup: float, base: Path) -
     busy = sum(map(sum, lat.values())) or 1.0
     return {"rate": t["commits"] / seconds, "msg_rate": t["messages"] / seconds,
             "p50_ms": statistics.median(lat.get("commit") or [float("nan")]),
+            "poll_p50_ms": statistics.median(lat.get("poll") or [float("nan")]),
+            "poll_share": sum(lat.get("poll", [])) / busy,
             "cpu_harness_ms": cpu[0] * 1e3 / n, "cpu_servers_ms": sum(cpu[1:]) * 1e3 / n,
             # per kind: ops, median ms, share of the workers' busy time
             "kinds": {k: (len(v), statistics.median(v), sum(v) / busy) for k, v in sorted(lat.items())}}
@@ -158,8 +160,8 @@ def rounds(workers: int, seconds: float, warmup: float, n_rounds: int, tmp: Path
         k, j = runs["kafka"][-1]["rate"], runs["jetstream"][-1]["rate"]
         print(f"round {r + 1} JetStream / broker txn/s: {j / k if k else float('nan'):.2f}", flush=True)
     ratios = [j["rate"] / k["rate"] for k, j in zip(runs["kafka"], runs["jetstream"], strict=True) if k["rate"]]
-    med = {s: {f: statistics.median(x[f] for x in got) for f in ("rate", "msg_rate", "p50_ms", "cpu_harness_ms",
-                                                                  "cpu_servers_ms")} for s, got in runs.items()}
+    med = {s: {f: statistics.median(x[f] for x in got) for f in ("rate", "msg_rate", "p50_ms", "poll_p50_ms",
+                                                                  "poll_share", "cpu_harness_ms", "cpu_servers_ms")} for s, got in runs.items()}
     return {"workers": workers, "rounds": n_rounds, "ratios": ratios,
             "ratio": statistics.median(ratios) if ratios else None, **med}
 
@@ -183,6 +185,9 @@ def rows_for(res: dict[str, Any]) -> list[dict]:
             ratio=j["msg_rate"] / k["msg_rate"] if k["msg_rate"] else None),
         row("commit latency p50, JetStream batch", round(j["p50_ms"], 1), "ms",
             reference=f"broker transaction {k['p50_ms']:.1f} ms"),
+        row("poll p50 (reads go alone, between transactions), JetStream", round(j["poll_p50_ms"], 1), "ms",
+            reference=f"broker {k['poll_p50_ms']:.1f} ms; polls took {j['poll_share']:.0%} of the workers' time "
+                      f"on JetStream, {k['poll_share']:.0%} on the broker"),
         row("CPU per committed txn, JetStream: harness / servers", round(j["cpu_harness_ms"], 2), "ms",
             reference=f"servers {j['cpu_servers_ms']:.2f} ms; broker side {k['cpu_harness_ms']:.2f} / "
                       f"{k['cpu_servers_ms']:.2f} ms"),

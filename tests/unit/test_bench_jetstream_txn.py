@@ -74,3 +74,18 @@ def test_rows_hold_the_ratio_against_the_target(bench, js_rate, met):
     assert head["ratio"] == pytest.approx(js_rate / 100) and head["met"] is met
     assert head["target"] == ">= 0.5x broker" and "broker transactions 100.0 txn/s" in head["reference"]
     assert rows[1]["ratio"] == pytest.approx(js_rate / 100)  # the messages inside them
+
+
+def test_run_all_takes_its_rows_from_the_rows_file():
+    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+    run_all = importlib.util.module_from_spec(spec)
+    sys.modules["run_all"] = run_all  # dataclasses look their module up by name
+    spec.loader.exec_module(run_all)
+    data = Path(__file__).resolve().parent / "data" / "bench"
+    b = next(b for b in run_all.BENCHES if b.name == "jetstream-txn")
+    assert b.parse is None and b.script == "bench_jetstream_txn.py"
+    rows = run_all.read_rows(b, (data / "jetstream-txn.out").read_text(), data / "jetstream-txn.rows.json")
+    head = rows[0]
+    assert head["benchmark"] == "jetstream-txn" and head["met"] is True
+    assert head["ratio"] == pytest.approx(0.7248677, rel=1e-6) and head["value"] == 69.4
+    assert "0.72x" in (data / "jetstream-txn.out").read_text()  # the printed figure matches the row's

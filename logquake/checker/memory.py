@@ -27,7 +27,8 @@ __all__ = ["CheckPlan", "HistorySize", "history_size", "parse_size", "plan_check
 
 # Peak RSS per byte of history.jsonl beyond the process's own, measured with /usr/bin/time
 # on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB, with the
-# reads stored as arrays STORED_MIB, `logquake report` (no results.json) 258 MiB; rounded up a little.
+# reads stored as arrays 2,399 MiB (bench_checker, 2026-12-02), `logquake report` (no
+# results.json) 258 MiB; rounded up a little.
 CHECK_PER_BYTE = 15.0
 STORED_CHECK_PER_BYTE = 11.5
 REPORT_PER_BYTE = 0.9

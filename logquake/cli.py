@@ -187,21 +187,21 @@ def check(
                             ignore=tuple(ignore or ()), guarantee=guarantee)
     except ValueError as e:
         raise ConfigError("check", str(e)) from None
-    share_reads = False
+    store_reads = False
     if max_memory is not None:
         from logquake.checker.memory import plan_check
         from logquake.history_import import detect_format
 
         limit = _max_memory(max_memory)
         if path.is_file():  # (a missing file is the reader's to report)
-            share_reads = plan_check(path, limit, can_share=detect_format(path) == "jsonl").share_reads
-            if share_reads:
-                err_console.print("[dim]reading with shared reads (slower, less memory) to fit --max-memory[/]")
+            store_reads = plan_check(path, limit, can_store=detect_format(path) == "jsonl").store_reads
+            if store_reads:
+                err_console.print("[dim]reading the polls into arrays (slower, less memory) to fit --max-memory[/]")
     with err_console.status(f"reading {path}"):
-        if share_reads:
-            from logquake.history import load_history
+        if store_reads:
+            from logquake.checker.queue_pairs import load_queue_history
 
-            ops = load_history(path, share_reads=True)
+            ops = load_queue_history(path)
         else:
             ops = load_any_history(path)
     with err_console.status(f"checking {len(ops)} ops"):

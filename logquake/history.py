@@ -32,10 +32,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from itertools import chain
-from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from logquake.errors import HistoryFormatError
 from logquake.gcpause import paused_gc
@@ -65,6 +63,12 @@ CORE_FIELDS = ("index", "time", "process", "type", "f", "value")
 NO_OFFSET = -1  # a send's offset when the broker gave none (Kafka's ProduceResponse.INVALID_OFFSET)
 
 Process = int | str
+
+
+class ReadStore(Protocol):
+    """Where read_history puts each op's polls as it reads them (checker/queue_pairs.PairStore)."""
+
+    def take_polls(self, value: Any) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -348,69 +352,15 @@ def _op_from_parsed(d: dict[str, Any]) -> Op:
 _SET_EXTRA = Op.__dict__["extra"].__set__
 
 
-class _SharedReads:
-    """Makes the polls of a history share one [offset, value] list per record read.
-
-    A record is read many times (by every consumer, and again after each rewind: seven
-    times on average in a queue history), and each read decodes to a list of its own with
-    integers of its own, ~110 bytes: most of a loaded history's memory. A pair of two
-    integers is replaced by the first one read for its key at its offset when that holds
-    the same value, so a history holds each record's pair once. Anything else (a value
-    that is not an integer, a malformed pair) is left as read, for the analyses to judge.
-    Nothing changes a pair after it is read, so sharing one is never seen.
-    """
-
-    def __init__(self) -> None:
-        self._by_key: dict[Any, dict[int, list]] = {}
-
-    def share(self, value: list) -> None:
-        for mop in value:
-            if type(mop) is list and len(mop) > 1 and mop[0] == "poll" and type(mop[1]) is dict:
-                for k, pairs in mop[1].items():
-                    if type(pairs) is list and pairs:
-                        seen = self._by_key.get(k)
-                        if seen is None:
-                            seen = self._by_key[k] = {}
-                        _share(pairs, seen)
-
-
-_first = itemgetter(0)
-
-
-def _share(pairs: list, seen: dict[int, list]) -> None:
-    """Replace each pair of two integers by the first one read at its offset, if the same.
-
-    In whole-list C passes where every pair holds integers only (all but malformed
-    histories), one pair at a time otherwise. `seen` then holds lists of integers only,
-    so == between one of them and a pair is exact (never 1 == 1.0 == True).
-    """
-    try:
-        if set(map(type, chain.from_iterable(pairs))) == _INT:
-            firsts = list(map(seen.setdefault, map(_first, pairs), pairs))
-            pairs[:] = firsts if firsts == pairs else [q if q == p else p for q, p in zip(firsts, pairs, strict=True)]
-            return
-    except (TypeError, LookupError):  # a pair that is no list, or an empty one
-        pass
-    for i, p in enumerate(pairs):
-        if type(p) is list and len(p) == 2 and type(p[0]) is int and type(p[1]) is int:
-            q = seen.setdefault(p[0], p)
-            if q == p:
-                pairs[i] = q
-
-
-_INT = {int}
-
-
 def read_history(
-    path: str | os.PathLike[str], *, validate: bool = True, share_reads: bool = False
+    path: str | os.PathLike[str], *, validate: bool = True, store_reads: ReadStore | None = None
 ) -> Iterator[Op]:
     """Stream the ops of a history.jsonl file, checking its format.
 
     Raises HistoryFormatError naming the line of the first problem. Blank lines are
     skipped. A last line with no newline that does not parse is a torn write from a killed
-    harness: it is dropped with a warning. `share_reads`: the polls share one pair per
-    record read (see _SharedReads), a third less memory for a history that is kept whole,
-    at the cost of a slower read.
+    harness: it is dropped with a warning. `store_reads`: each op's polls go into it as
+    it is read (its `take_polls(value)`: checker/queue_pairs.py holds them as arrays).
     """
     path = Path(path)
     try:
@@ -420,7 +370,6 @@ def read_history(
     except IsADirectoryError:
         raise HistoryFormatError(str(path), 0, "is a directory, not a history file") from None
     validator = _Validator() if validate else None
-    shared = _SharedReads() if share_reads else None
     with fh:
         lineno = 0
         for raw in fh:
@@ -437,8 +386,8 @@ def read_history(
                     return
                 raise HistoryFormatError(str(path), lineno, problem)
             assert op is not None
-            if shared is not None and type(op.value) is list:
-                shared.share(op.value)
+            if store_reads is not None and op.type != INVOKE:  # (an invocation has no reads)
+                store_reads.take_polls(op.value)
             if validator is not None:
                 rule = validator.check(op)
                 if rule is not None:
@@ -447,7 +396,7 @@ def read_history(
 
 
 def load_history(
-    path: str | os.PathLike[str], *, validate: bool = True, share_reads: bool = False
+    path: str | os.PathLike[str], *, validate: bool = True, store_reads: ReadStore | None = None
 ) -> list[Op]:
     """The whole history as a list (see read_history).
 
@@ -455,7 +404,7 @@ def load_history(
     containers, which it would rescan over and over (more than half the load time).
     """
     with paused_gc():
-        return list(read_history(path, validate=validate, share_reads=share_reads))
+        return list(read_history(path, validate=validate, store_reads=store_reads))
 
 
 def pairs(ops: Iterable[Op]) -> Iterator[tuple[Op, Op | None]]:

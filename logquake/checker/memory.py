@@ -8,10 +8,10 @@ ratios applied to the file's size, known before a line is parsed: a history too 
 a given limit (`--max-memory`) is refused in one line saying how large it is and what would
 fit, where reading it would have ended in the kernel's OOM killer halfway through.
 
-Between the two estimates for a check there is a leaner way to hold the history: polls
-that share one pair per record read (history.read_history's `share_reads`), about a third
-less memory for a read that takes about twice as long. `plan_check` picks it only when the
-plain way would not fit.
+Between the two estimates for a check there is a leaner way to hold the history: every
+poll's pairs in one int64 array as it is read (checker/queue_pairs.py), about a quarter
+less memory for a read that takes more CPU (the pairs are decoded, then copied). `plan_check`
+picks it only when the plain way would not fit.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from logquake.errors import UserError
 __all__ = ["CheckPlan", "HistorySize", "history_size", "parse_size", "plan_check", "refuse_report"]
 
 # Peak RSS per byte of history.jsonl beyond the process's own, measured with /usr/bin/time
-# on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB, with shared
-# reads 2,295 MiB, `logquake report` (no results.json) 258 MiB; rounded up a little.
+# on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB, with the
+# reads stored as arrays 2,399 MiB (bench_checker, 2026-12-02), `logquake report` (no
+# results.json) 258 MiB; rounded up a little.
 CHECK_PER_BYTE = 15.0
-SHARED_CHECK_PER_BYTE = 10.5
+STORED_CHECK_PER_BYTE = 11.5
 REPORT_PER_BYTE = 0.9
 BASE = 80 * 2**20  # the interpreter, numpy and the CLI's imports: a 100-op history's peak
 
@@ -53,9 +54,9 @@ class HistorySize:
 
 @dataclass(frozen=True, kw_only=True)
 class CheckPlan:
-    """How to read a history for a check under a limit: with shared reads or not."""
+    """How to read a history for a check under a limit: with its reads stored as arrays or not."""
 
-    share_reads: bool
+    store_reads: bool
     estimate: int  # peak bytes
 
 
@@ -83,19 +84,19 @@ def history_size(path: str | os.PathLike[str]) -> HistorySize:
     return HistorySize(path=path, bytes=size, ops=round(size * lines / (_SAMPLES * _SAMPLE)))
 
 
-def plan_check(path: str | os.PathLike[str], limit: int, *, can_share: bool = True) -> CheckPlan:
+def plan_check(path: str | os.PathLike[str], limit: int, *, can_store: bool = True) -> CheckPlan:
     """How to check the history at `path` within `limit` bytes; UserError when no way fits.
 
-    `can_share`: the history is a history.jsonl (shared reads are that reader's).
+    `can_store`: the history is a history.jsonl (stored reads are that reader's).
     """
     h = history_size(path)
     plain = BASE + round(CHECK_PER_BYTE * h.bytes)
     if plain <= limit:
-        return CheckPlan(share_reads=False, estimate=plain)
-    lean = BASE + round(SHARED_CHECK_PER_BYTE * h.bytes) if can_share else plain
+        return CheckPlan(store_reads=False, estimate=plain)
+    lean = BASE + round(STORED_CHECK_PER_BYTE * h.bytes) if can_store else plain
     if lean <= limit:
-        return CheckPlan(share_reads=True, estimate=lean)
-    raise UserError(_refusal(h, "a check", lean, limit, SHARED_CHECK_PER_BYTE if can_share else CHECK_PER_BYTE))
+        return CheckPlan(store_reads=True, estimate=lean)
+    raise UserError(_refusal(h, "a check", lean, limit, STORED_CHECK_PER_BYTE if can_store else CHECK_PER_BYTE))
 
 
 def refuse_report(path: str | os.PathLike[str], limit: int) -> None:

@@ -1,5 +1,5 @@
 """--max-memory: a history is measured before it is read, refused in one line when too
-large, and read with shared reads (same verdict, less memory) when only that fits."""
+large, and read with its polls stored as arrays (same verdict, less memory) when only that fits."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from logquake.checker.generate import BUGS, SimConfig, simulate
 from logquake.checker.memory import (
     BASE,
     CHECK_PER_BYTE,
-    SHARED_CHECK_PER_BYTE,
+    STORED_CHECK_PER_BYTE,
     history_size,
     parse_size,
     plan_check,
     refuse_report,
 )
+from logquake.checker.queue_pairs import Pairs, PairStore, load_queue_history
 from logquake.errors import UserError
 from logquake.history import Op, load_history, write_history
 from tests.checker.histories import with_bug
@@ -81,13 +82,13 @@ def test_a_history_too_large_is_refused_in_one_line_saying_what_fits(big):
         plan_check(big, BASE // 2)
 
 
-def test_the_plan_shares_reads_only_when_the_plain_read_does_not_fit(big):
+def test_the_plan_stores_reads_only_when_the_plain_read_does_not_fit(big):
     size = big.stat().st_size
-    assert not plan_check(big, 2**40).share_reads
-    between = BASE + int((CHECK_PER_BYTE + SHARED_CHECK_PER_BYTE) / 2 * size)
-    assert plan_check(big, between).share_reads
-    with pytest.raises(UserError):  # not a history.jsonl: no shared reads to fall back on
-        plan_check(big, between, can_share=False)
+    assert not plan_check(big, 2**40).store_reads
+    between = BASE + int((CHECK_PER_BYTE + STORED_CHECK_PER_BYTE) / 2 * size)
+    assert plan_check(big, between).store_reads
+    with pytest.raises(UserError):  # not a history.jsonl: no stored reads to fall back on
+        plan_check(big, between, can_store=False)
 
 
 def test_report_refusal(big):
@@ -97,13 +98,15 @@ def test_report_refusal(big):
 
 
 @pytest.mark.parametrize("bug", ["none", *BUGS])
-def test_shared_reads_change_nothing_an_analysis_sees(tmp_path, bug):
+def test_stored_reads_change_nothing_an_analysis_sees(tmp_path, bug):
     path = tmp_path / "history.jsonl"
     write_history(path, simulate(with_bug(bug, ops=400, txn=True))[0])
-    plain, shared = load_history(path), load_history(path, share_reads=True)
-    assert [o.to_dict() for o in shared] == [o.to_dict() for o in plain]
+    plain, stored = load_history(path), load_queue_history(path)
+    assert any(isinstance(p, Pairs) for op in stored for m in op.value or () if m[0] == "poll" and len(m) > 1
+               for p in m[1].values())
+    assert [o.to_dict() for o in stored] == [o.to_dict() for o in plain]
     opts = CheckOptions(txn=True)
-    assert untimed(check_history(shared, opts)) == untimed(check_history(plain, opts))
+    assert untimed(check_history(stored, opts)) == untimed(check_history(plain, opts))
 
 
 def _poll(index: int, reads: dict) -> list[Op]:
@@ -111,18 +114,31 @@ def _poll(index: int, reads: dict) -> list[Op]:
             Op(index=2 * index + 1, process=index, type="ok", f="poll", value=[["poll", reads]])]
 
 
-def test_equal_pairs_are_shared_and_any_other_read_is_kept_as_read(tmp_path):
+def test_pairs_of_integers_are_stored_and_any_other_read_is_kept_as_read(tmp_path):
     path = tmp_path / "history.jsonl"
     odd = [[0, 1.0], [0, True], [True, 1], [0], [], "x", 5, [0, 1, 2], [1, 7]]
-    write_history(path, _poll(0, {"1": [[0, 1], [1, 2]]}) + _poll(1, {"1": [[0, 1], [1, 3]], "2": [[0, 1]]})
+    write_history(path, _poll(0, {"1": [[0, 1], [1, 2]], "3": []}) + _poll(1, {"1": [[0, 1], [1, 3]], "2": [[0, 2**63]]})
                   + _poll(2, {"1": odd}))
-    a, b, c = (op.value[0][1] for op in load_history(path, share_reads=True) if op.type == "ok")
-    assert b["1"][0] is a["1"][0]  # the same record read twice: one list
-    assert b["1"][1] == [1, 3] and b["1"][1] is not a["1"][1]  # another value at an offset: its own
-    assert b["2"][0] is not a["1"][0]  # another key
-    assert c["1"] == odd  # as read: ints stay ints, floats floats, bools bools
+    a, b, c = (op.value[0][1] for op in load_queue_history(path) if op.type == "ok")
+    assert type(a["1"]) is Pairs and list(a["1"]) == [(0, 1), (1, 2)] and a["1"] == [[0, 1], [1, 2]]
+    assert a["1"][-1] == (1, 2) and a["1"][0] == (0, 1) and len(a["3"]) == 0 and a["3"] == []
+    with pytest.raises(IndexError):
+        a["1"][2]
+    assert type(b["1"]) is Pairs and b["1"] != a["1"]
+    assert b["2"] == [[0, 2**63]] and type(b["2"]) is list  # beyond 64 bits: as read
+    assert c["1"] == odd and type(c["1"]) is list  # as read: ints stay ints, floats floats, bools bools
     assert [type(x) for p in c["1"][:3] for x in p] == [int, float, int, bool, bool, int]
-    assert c["1"][-1] is not a["1"][1]
+
+
+def test_a_store_takes_polls_in_batches_and_flushes_the_rest():
+    store = PairStore()
+    values = [[["poll", {str(k): [[i, 10 * i + k]]}]] for i in range(5000) for k in range(2)]
+    for v in values:
+        store.take_polls(v)
+    assert sum(type(v[0][1][k]) is Pairs for v in values for k in v[0][1]) >= 4096
+    store.flush()
+    assert all(type(p) is Pairs for v in values for p in v[0][1].values())
+    assert [v[0][1][k][0] for v in values[-2:] for k in v[0][1]] == [(4999, 49990), (4999, 49991)]
 
 
 def test_cli_refuses_a_history_too_large_before_reading_it(big):
@@ -134,14 +150,21 @@ def test_cli_refuses_a_history_too_large_before_reading_it(big):
     assert p.returncode == 3 and "--max-memory" in p.stderr
 
 
-def test_cli_checks_with_shared_reads_under_a_small_limit_with_the_same_verdict(big):
-    size = big.stat().st_size
-    between = BASE + int((CHECK_PER_BYTE + SHARED_CHECK_PER_BYTE) / 2 * size)
-    plain = cli("check", "--txn", "--json", str(big))
-    shared = cli("check", "--txn", "--json", "--max-memory", str(between), str(big))
-    assert "shared reads" in shared.stderr
-    assert shared.returncode == plain.returncode == 1, plain.stderr  # the planted bugs
-    assert untimed(json.loads(shared.stdout)) == untimed(json.loads(plain.stdout))
+def test_cli_checks_200k_ops_with_stored_reads_under_a_small_limit_with_the_in_memory_verdict(tmp_path):
+    """The issue's size: 200k ops with every bug planted, through `logquake check
+    --max-memory` (reads stored as arrays) and check_history on the generated ops."""
+    cfg = SimConfig(ops=100_000, workers=10, active_keys=10, max_writes_per_key=512, txn=True, p_fail=0.01,
+                    p_info=0.01, p_assign=0.01, bugs=frozenset(BUGS), p_bug=0.002, seed=11)
+    ops = simulate(cfg)[0]
+    path = tmp_path / "history.jsonl"
+    write_history(path, ops)
+    size = path.stat().st_size
+    between = BASE + int((CHECK_PER_BYTE + STORED_CHECK_PER_BYTE) / 2 * size)
+    stored = cli("check", "--txn", "--json", "--max-memory", str(between), str(path))
+    assert "arrays" in stored.stderr
+    assert stored.returncode == 1, stored.stderr  # the planted bugs
+    in_memory = json.loads(json.dumps(check_history(ops, CheckOptions(txn=True)), default=str))
+    assert untimed(json.loads(stored.stdout)) == untimed(in_memory)
 
 
 def test_cli_report_refuses_a_history_too_large(tmp_path, big):

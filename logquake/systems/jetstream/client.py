@@ -540,6 +540,8 @@ class JetStreamClient(QueueClient):
                 if classify(e) == INFO:
                     verdict = INFO
                     maybe_stored += 1
+                else:
+                    sent.stored_nothing()
                 if isinstance(e, nats.js.errors.NoStreamResponseError):
                     try:
                         await self._ensure_stream(k)
@@ -702,20 +704,27 @@ class JetStreamClient(QueueClient):
 
 
 class _Attempts:
-    """When an op's publish attempts were made, in ns after the op began (monotonic)."""
+    """When an op's publish attempts that may have stored a message were sent, in ns after
+    the op began (monotonic), and how many attempts were made at all."""
 
     def __init__(self) -> None:
         self.start = time.monotonic_ns()
         self.at: list[int] = []
+        self.made = 0
 
     def note(self) -> None:
         self.at.append(time.monotonic_ns() - self.start)
+        self.made += 1
+
+    def stored_nothing(self) -> None:
+        """The last attempt certainly stored nothing: it cannot have made a copy."""
+        self.at.pop()
 
 
 def _with_attempts(done: Op, sent: _Attempts, duplicate: bool) -> Op:
     """`done` with `attempts` (README.md's History format) where a send was tried more than
     once, and `duplicate` where a PubAck said the stream already held the Msg-Id."""
-    if len(sent.at) > 1:
+    if sent.made > 1:
         done.extra["attempts"] = sent.at
     if duplicate:
         done.extra["duplicate"] = True

@@ -178,3 +178,23 @@ def test_a_resend_to_a_new_stream_leader_after_the_old_one_died_is_stored_once(t
             c.close()
         r = h.check()
         assert r["valid"] is True and r["error_types"] == [], r["anomalies"]
+
+
+def test_a_run_is_checked_against_its_streams_window_and_resends_only_when_idempotent():
+    from logquake.config import resolve_config
+    from logquake.guarantees import apply_guarantee
+    from logquake.systems.base import get_system
+    from logquake.workloads.queue import make_generator
+
+    def cfg(**values: Any):
+        return apply_guarantee(resolve_config(None, values).with_seed())
+
+    window = get_system("jetstream").dedup_window
+    assert window is not None
+    assert window(cfg(system="jetstream", jetstream={"duplicate_window": "1m30s"})) == 90.0
+    assert window(cfg(system="jetstream")) == DEFAULT_WINDOW
+    assert get_system("kafka").dedup_window is None  # dedup per producer session: no resends, no window
+    assert make_generator(cfg(system="jetstream", guarantee="idempotent")).resend
+    assert not make_generator(cfg(system="jetstream", guarantee="at-least-once")).resend
+    assert not make_generator(cfg(system="jetstream", guarantee="exactly-once")).resend  # batches
+    assert not make_generator(cfg(system="kafka", guarantee="idempotent")).resend

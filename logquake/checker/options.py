@@ -17,6 +17,7 @@ from logquake.guarantees import GUARANTEES, SUB_VIAS
 QUEUE_TYPES = (
     "inconsistent-offsets",
     "duplicate",
+    "duplicate-after-window",
     "no-writer",
     "lost-write",
     "lost",
@@ -55,6 +56,10 @@ class CheckOptions:
         guarantee: a delivery guarantee profile (docs/architecture.md) that widens what is allowed:
             at-most-once allows loss, at-least-once allows duplicates; idempotent and
             exactly-once allow neither.
+        duplicate_window: seconds the system remembers a message id for dedup (JetStream's
+            stream `duplicate_window`), None where dedup has no window (Kafka's idempotent
+            producer). With it, duplicates a retry after the window explains are reported
+            as `duplicate-after-window`, never bad (queue_duplicates.py).
         time_budget: seconds the cycle search may take before it gives up (`unknown`).
         max_examples: examples kept per anomaly type.
     """
@@ -64,6 +69,7 @@ class CheckOptions:
     ww_deps: bool = True
     ignore: tuple[str, ...] = ()
     guarantee: str | None = None
+    duplicate_window: float | None = None
     time_budget: float = 300.0
     max_examples: int = 8
 
@@ -72,6 +78,8 @@ class CheckOptions:
             raise ValueError(f"sub_via must be one of {', '.join(SUB_VIAS)}, got {self.sub_via!r}")
         if self.guarantee is not None and self.guarantee not in GUARANTEES:
             raise ValueError(f"guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}")
+        if self.duplicate_window is not None and not self.duplicate_window > 0:
+            raise ValueError(f"duplicate_window must be a positive number of seconds, got {self.duplicate_window!r}")
         object.__setattr__(self, "ignore", tuple(self.ignore))
 
 

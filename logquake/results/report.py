@@ -46,6 +46,8 @@ OP_REF_FIELDS = frozenset({"op", "ops", "writer", "writers", "reader", "readers"
 MEANINGS = {
     "inconsistent-offsets": "One offset of a key holds two different values: replicas disagree about the log.",
     "duplicate": "One value appears at more than one offset of a key: a send was appended twice.",
+    "duplicate-after-window": "One value appears at more than one offset of a key, and its publishes were "
+                              "attempted further apart than the stream's dedup window: outside the promise.",
     "no-writer": "A poll returned a value that no op sent to that key: a phantom (sent nowhere) or misrouted "
                  "(sent to another key) record.",
     "lost-write": "A committed value below the highest offset read was never read by any ok op: "

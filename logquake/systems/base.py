@@ -186,6 +186,12 @@ class System:
     servers run (binary, version), stored as `server` beside the keys; {} for none.
     `txn_writes_one_key`: a transaction can only be sends to one key (JetStream's atomic batch
     publishes to one stream), so the workload never puts a poll or a second key in one.
+    `dedup_window`: None where dedup lives in a producer session (Kafka's idempotent producer:
+    a restarted producer gets a new producer id and nothing it resends is deduplicated); else
+    the system dedups a publish by a message id the client picks, and this gives, for a test,
+    for how long (seconds) it remembers one. A restarted idempotent producer then resends its
+    unsure sends (workloads/generator.py), and the checker tells duplicates a retry made within
+    the window (bad) from those made after it (outside the promise).
     """
 
     name: str
@@ -205,6 +211,7 @@ class System:
     unmet_needs: Mapping[str, str] = field(default_factory=dict)
     settings_key: str | None = None
     txn_writes_one_key: bool = False
+    dedup_window: Callable[[TestConfig], float] | None = None
     check_config: Callable[[TestConfig], None] = lambda cfg: None
     describe: Callable[[TestConfig], dict[str, Any]] = lambda cfg: {}
     data_files: tuple[str, ...] = ()

@@ -30,6 +30,19 @@ everything again with a fresh end, up to `FINAL_REREADS` times, so only a loss t
 is a loss; a worker whose final assign got no end for some key asks again the same way.
 A worker set to read from one node (`read_from`, the drain's read from every node) makes
 the same final read with every op marked `node`, its client reading what that node holds.
+
+With `resend=True` (a system whose dedup is keyed by a message id the client picks, under an
+idempotent producer: JetStream's Nats-Msg-Id) a worker is one logical producer across its
+clients: when its client crashes or is replaced, the new one first resends every send of the
+worker that ended `info` (stored or not, nobody knows), as a `resend` op carrying the same
+key and value and `resend_of`, the index of the original's completion, so the system's dedup
+alone keeps the value single. The resend is an op of its own, not a `send`, so that each value
+keeps one writer in the queue analysis; a resend that ends info is resent at the next crash.
+A worker holding unsure sends crashes 1 op in `UNSURE_CRASH_ONE_IN` rather than 1 in
+`CRASH_ONE_IN` (a producer in trouble restarts sooner): info sends come in bursts while a
+fault lasts, and at 1 in 256 a restart rarely followed one, so resends were rarely made.
+Kafka's idempotent producer dedups per producer id, which a new client does not keep: there
+`resend` is off and a crash's unsure sends stay unsure, as in Jepsen.
 """
 
 from __future__ import annotations
@@ -41,6 +54,8 @@ from typing import Any
 from logquake.history import INFO, INVOKE, OK, Op
 
 MAIN, DRAIN = "main", "drain"
+#: The op f of a restarted producer's resend of an unsure send (README.md's History format).
+RESEND = "resend"
 #: The extra field that marks the drain's ops: the final read (README.md's History format).
 FINAL = "final"
 #: The extra field naming the node a final op reads from (README.md's History format).
@@ -48,6 +63,7 @@ NODE = "node"
 
 REASSIGN_ONE_IN = 64
 CRASH_ONE_IN = 256
+UNSURE_CRASH_ONE_IN = 16  # with resend, for a worker holding sends that ended info
 ABORT_FRACTION = 0.1  # of sending transactions, when txn=True
 # A final read whose ends fell short of known offsets is made again after this many more
 # polls (each waits up to the client's poll timeout, 100 ms: ~5 s, half the transaction
@@ -77,6 +93,10 @@ class _Worker:
     positions: dict[int, int] = field(default_factory=dict)
     rereads: int = 0
     settle: int = 0
+    # resend: (key, value, index of the completion that left it unsure) of this worker's
+    # sends that ended info since its client last restarted, and those its new client owes.
+    unsure: list[tuple[int, int, int | None]] = field(default_factory=list)
+    owed: list[tuple[int, int, int | None]] = field(default_factory=list)
 
 
 def micro_f(value: list[list[Any]]) -> str:
@@ -99,6 +119,7 @@ class QueueGenerator:
         abort_fraction: float | None = None,
         first_key: int = 0,
         one_key_txns: bool = False,
+        resend: bool = False,
     ) -> None:
         if abort_fraction is not None and not 0 <= abort_fraction <= 1:
             raise ValueError(f"abort_fraction must be within [0, 1], got {abort_fraction}")
@@ -109,6 +130,7 @@ class QueueGenerator:
         # A transaction is sends to one key and nothing else (JetStream's atomic batch is
         # publishes to one stream); polls then go alone, outside transactions.
         self.one_key_txns = one_key_txns
+        self.resend = resend  # a restarted client resends its worker's unsure sends (module docstring)
         self.sub_via = sub_via
         self.max_writes_per_key = max_writes_per_key
         self._next_key = first_key  # keys are numbered from here (a benchmark's fresh topics)
@@ -160,18 +182,29 @@ class QueueGenerator:
         self._nodes[worker] = node
 
     def fresh_client(self, worker: int) -> None:
-        """The worker's client was replaced: its next op must (re)assign."""
-        self._worker(worker).needs_assign = True
+        """The worker's client was replaced: its next op must (re)assign (and, with `resend`,
+        first resend what the worker was unsure of)."""
+        st = self._worker(worker)
+        st.needs_assign = True
+        self._restarted(st)
+
+    def _restarted(self, st: _Worker) -> None:
+        if self.resend:
+            st.owed.extend(st.unsure)
+            st.unsure.clear()
 
     def op(self, ctx: Context) -> Op | None:
         """The next invocation for this worker, or None when it has nothing left to do."""
         if ctx.phase == DRAIN:
             return self._drain_op(ctx)
         st = self._worker(ctx.worker)
+        if st.owed:  # drawn from no RNG
+            k, v, of = st.owed.pop(0)
+            return invoke(ctx, RESEND, [["send", k, v]], resend_of=of)
         rng = st.rng
         if st.needs_assign or rng.randrange(REASSIGN_ONE_IN) == 0:
             return self._assign_op(ctx, rng)
-        if rng.randrange(CRASH_ONE_IN) == 0:
+        if rng.randrange(UNSURE_CRASH_ONE_IN if st.unsure else CRASH_ONE_IN) == 0:
             return invoke(ctx, "crash", None)
         n = rng.randint(1, 4) if self.txn else 1
         value = self._one_key_sends(rng, n) if self.txn and self.one_key_txns else [self._micro(rng) for _ in range(n)]
@@ -264,9 +297,13 @@ class QueueGenerator:
             return
         if event.f == "crash":
             st.needs_assign = True
+            self._restarted(st)
             return
         if not isinstance(event.value, list):
             return
+        if self.resend and event.type == INFO and event.f in ("send", RESEND) and not self.txn:
+            orig = event.get("resend_of", event.index) if event.f == RESEND else event.index
+            st.unsure.extend((m[1], m[2], orig) for m in event.value if m[0] == "send" and not isinstance(m[2], list))
         if event.type == OK:
             for key, pos in (event.get("positions") or {}).items():
                 st.positions[int(key)] = max(pos, st.positions.get(int(key), 0))

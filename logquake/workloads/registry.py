@@ -97,9 +97,12 @@ class Workload:
 
 def _queue_check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
     from logquake.checker import CheckOptions, check_history
+    from logquake.systems.base import get_system
 
+    dedup_window = get_system(cfg.system).dedup_window
     return check_history(ops, CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps,
-                                           ignore=cfg.ignore, guarantee=cfg.guarantee))
+                                           ignore=cfg.ignore, guarantee=cfg.guarantee,
+                                           duplicate_window=dedup_window(cfg) if dedup_window else None))
 
 
 def _queue_allowed(cfg: TestConfig) -> frozenset[str]:

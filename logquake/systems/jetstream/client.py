@@ -15,7 +15,9 @@ How the queue's words map onto JetStream:
   (`<k>-<v>`, values being unique per key): the stream stores it once within its
   duplicate window, and the PubAck of a duplicate carries the original sequence, so the
   checker's duplicate analysis tests the server's dedup. Without it retries may store a
-  value twice, as Kafka's at-least-once producer does.
+  value twice, as Kafka's at-least-once producer does. A send tried more than once records
+  when (`attempts`), and one a PubAck called a duplicate says so (`duplicate`), so the
+  checker can tell a retry inside the stream's duplicate window from one after it.
 - assign is a consumer with no server-side state at all, as an assigned Kafka consumer
   that commits nothing: the client keeps a position per key and a poll reads each
   assigned stream in sequence order from there with the stream's get-message API (the
@@ -54,6 +56,9 @@ How the queue's words map onto JetStream:
   node). Message tracing and batched direct gets need nats-server 2.11+; an older
   server's node reads end info, saying so.
 - crash is the runner's: it closes this client (the connection drops) and opens a new one.
+  Under idempotence the worker's new client first resends each of the worker's sends that
+  ended info (`resend` ops, workloads/generator.py): a publish like any other, under the
+  same Msg-Id, so only the stream's dedup keeps the value single (docs/jetstream-dedup.md).
 - a transaction is one atomic batch publish to its key's stream (server 2.12+): its sends
   must all name one key, and it holds no polls (batch.py says how and why). Streams of a
   transactional test allow atomic publish (`allow_atomic`).
@@ -74,6 +79,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
@@ -482,15 +488,18 @@ class JetStreamClient(QueueClient):
         return self._run(op, self._aplain(op))
 
     async def _aplain(self, op: Op) -> Op:
+        sent = _Attempts()  # the publish attempts, for the checker's duplicate window
+        dup = False  # a PubAck said the server already held the message's Msg-Id
         value = [list(m) for m in op.value]
         acks: list[Any] = []  # subscribe: messages to ack once the op is ok
         for i, m in enumerate(value):
             if m[0] == "send":
                 _, k, v = m
-                outcome = await self._publish(k, v)
+                outcome = await self._publish(k, v, sent)
                 if isinstance(outcome, tuple):
-                    return complete(op, outcome[0], value, error=outcome[1])
-                value[i] = ["send", k, [outcome, v]]
+                    return _with_attempts(complete(op, outcome[0], value, error=outcome[1]), sent, dup)
+                value[i] = ["send", k, [outcome.seq, v]]
+                dup = dup or bool(outcome.duplicate)
             else:
                 polled: dict[str, list[list[Any]]] = {}
                 value[i] = ["poll", polled]
@@ -503,13 +512,18 @@ class JetStreamClient(QueueClient):
                 await msg.ack()
             except Exception as e:  # noqa: BLE001 - unacked: delivered again, a read twice at worst
                 log.info("ack: %s", _err_text(e))
-        done = complete(op, OK, value)
+        done = _with_attempts(complete(op, OK, value), sent, dup)
         if op.get("final") and not self.subscribed:
             done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned}
         return done
 
-    async def _publish(self, k: int, v: Any) -> int | tuple[str, str]:
-        """The stored message's sequence, or (fail|info, why) when no PubAck came."""
+    async def _publish(self, k: int, v: Any, sent: _Attempts) -> api.PubAck | tuple[str, str]:
+        """The PubAck, or (fail|info, why) when none came; each attempt is noted in `sent`.
+
+        Every attempt carries the same Msg-Id, whichever server the connection has reached by
+        then (nats-py reconnects on its own): a retry after a failover reaches the new stream
+        leader under the id the old one may have stored.
+        """
         headers = {"Nats-Msg-Id": msg_id(k, v)} if self.idempotent else None
         deadline = asyncio.get_running_loop().time() + self.op_timeout
         # Retries are counted among attempts that may have stored the message: trying again
@@ -517,15 +531,17 @@ class JetStreamClient(QueueClient):
         maybe_stored, verdict, errors = 0, FAIL, []
         while True:
             try:
-                ack = await self._js.publish(subject(k), str(v).encode(), timeout=PUBLISH_TIMEOUT,
-                                             headers=dict(headers) if headers else None)
-                return ack.seq
+                sent.note()
+                return await self._js.publish(subject(k), str(v).encode(), timeout=PUBLISH_TIMEOUT,
+                                              headers=dict(headers) if headers else None)
             except Exception as e:  # noqa: BLE001 - classified below
                 errors.append(_err_text(e))
                 # One attempt that may have stored the message makes the whole send unknown.
                 if classify(e) == INFO:
                     verdict = INFO
                     maybe_stored += 1
+                else:
+                    sent.stored_nothing()
                 if isinstance(e, nats.js.errors.NoStreamResponseError):
                     try:
                         await self._ensure_stream(k)
@@ -685,6 +701,34 @@ class JetStreamClient(QueueClient):
         # An info poll read nothing as far as the checker is concerned: read it again.
         if not self.subscribed:
             self.position.update(seek_back(value))
+
+
+class _Attempts:
+    """When an op's publish attempts that may have stored a message were sent, in ns after
+    the op began (monotonic), and how many attempts were made at all."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic_ns()
+        self.at: list[int] = []
+        self.made = 0
+
+    def note(self) -> None:
+        self.at.append(time.monotonic_ns() - self.start)
+        self.made += 1
+
+    def stored_nothing(self) -> None:
+        """The last attempt certainly stored nothing: it cannot have made a copy."""
+        self.at.pop()
+
+
+def _with_attempts(done: Op, sent: _Attempts, duplicate: bool) -> Op:
+    """`done` with `attempts` (README.md's History format) where a send was tried more than
+    once, and `duplicate` where a PubAck said the stream already held the Msg-Id."""
+    if sent.made > 1:
+        done.extra["attempts"] = sent.at
+    if duplicate:
+        done.extra["duplicate"] = True
+    return done
 
 
 async def _log_error(e: Exception) -> None:

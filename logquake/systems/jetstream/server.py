@@ -73,6 +73,10 @@ _DURATION = re.compile(f"(?:{_DURATION_PART})+")
 _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
+#: How long a stream remembers a Nats-Msg-Id when its config names no duplicate_window.
+DEFAULT_DUPLICATE_WINDOW_S = 120.0
+
+
 def duration_seconds(duration: str) -> float:
     """A Go duration checked by parse_settings ("1m30s") in seconds (nats-py's unit)."""
     return sum(float(n) * _UNIT_S[u] for n, u in re.findall(_DURATION_PART, duration))

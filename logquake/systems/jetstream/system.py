@@ -25,11 +25,13 @@ from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.server import (
     CLIENT_PORT,
     CLUSTER_PORT,
+    DEFAULT_DUPLICATE_WINDOW_S,
     MONITOR_PORT,
     NO_FAKETIME,
     JetStreamLifecycle,
     JetStreamSettings,
     client_urls,
+    duration_seconds,
     find_binary,
     monitor_json,
     node_not_ready,
@@ -113,6 +115,12 @@ def _check_txn(cfg: TestConfig) -> None:
                                f"which JetStream transactions are (nats-server {since} and later)")
 
 
+def _dedup_window(cfg: TestConfig) -> float:
+    """Seconds a stream of this test remembers a Nats-Msg-Id (`jetstream.duplicate_window`)."""
+    window = settings(cfg).duplicate_window
+    return DEFAULT_DUPLICATE_WINDOW_S if window is None else duration_seconds(window)
+
+
 def _describe(cfg: TestConfig) -> dict[str, Any]:
     return {**settings(cfg).describe(), "stream_replicas": replicas(cfg)}
 
@@ -122,6 +130,7 @@ JETSTREAM = System(
     description="NATS JetStream: nats-server with routes and file storage on every node (Raft per stream)",
     features=frozenset({"dedup", "consumer-groups", "transactions"}),
     txn_writes_one_key=True,
+    dedup_window=_dedup_window,
     clients=("nats-py",),
     workloads=("queue", "kv"),
     make_lifecycle=_make_lifecycle,

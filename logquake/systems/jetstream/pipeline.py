@@ -322,26 +322,31 @@ class Worker:
             self.close()
 
     def fetch(self) -> list[Any]:
-        """What one fetch from every input stream delivered (none on an error, logged)."""
+        """What one fetch from every input stream delivered; after a fetch that only failed
+        (the cluster down, say), a pause, so a worker does not spin on the errors."""
         try:
-            return self._loop.run(self._fetch(), FETCH_S + CALL_SLACK)
+            msgs, errors = self._loop.run(self._fetch(), FETCH_S + CALL_SLACK)
         except Exception as e:  # noqa: BLE001 - a fetch that failed delivered nothing we know of
-            log.info("worker %d: fetch: %s", self.index, _err(e))
-            time.sleep(FETCH_S)
-            return []
+            msgs, errors = [], [_err(e)]
+        if errors:
+            log.info("worker %d: fetch: %s", self.index, "; ".join(sorted(set(errors))))
+            if not msgs:
+                time.sleep(FETCH_S)
+        return msgs
 
-    async def _fetch(self) -> list[Any]:
+    async def _fetch(self) -> tuple[list[Any], list[str]]:
         for k in range(self.keys):
             if k not in self._subs:
                 self._subs[k] = await self._js.pull_subscribe_bind(durable=GROUP, stream=in_stream(k))
         got = await asyncio.gather(*(self._fetch_key(k) for k in range(self.keys)), return_exceptions=True)
-        out: list[Any] = []
+        msgs: list[Any] = []
+        errors: list[str] = []
         for k, res in enumerate(got):
             if isinstance(res, BaseException):
-                log.info("worker %d: fetch %s: %s", self.index, in_stream(k), _err(res))
+                errors.append(f"{in_stream(k)}: {_err(res)}")
             else:
-                out += res
-        return out
+                msgs += res
+        return msgs, errors
 
     async def _fetch_key(self, k: int) -> list[Any]:
         try:

@@ -14,7 +14,7 @@ from nats.js import api
 
 from logquake.checker.pipeline import check_pipeline
 from logquake.guarantees import GUARANTEES
-from logquake.history import OK
+from logquake.history import INFO, OK
 from logquake.systems.jetstream.pipeline import JetStreamPipeline, Worker
 from logquake.workloads.pipeline import History, run_pipeline
 
@@ -123,3 +123,31 @@ def test_at_most_once_acks_before_publishing_and_never_processes_twice(cluster):
     assert res["valid"] is True and res["processing_counts"] == {"1": 20}, res
     done = [op for op in hist.ops if op.f == "process" and op.type == OK]
     assert sum(len(op.value["acked"]) for op in done) == 20 and not any(op.value["deduplicated"] for op in done)
+
+
+def test_at_most_once_leaves_unprocessed_an_input_acked_after_ack_wait(cluster):
+    # A worker slower than ack_wait: the server gives its inputs to another worker, which
+    # processes them; the slow one's acks then come too late to make it their only processor.
+    pipe = JetStreamPipeline(cluster.bootstrap(), GUARANTEES["at-most-once"], replicas=3, ack_wait=1.0)
+    hist = History()
+    pipe.produce_inputs(1, 3, hist)
+    slow = pipe.worker(0, 1, hist)
+    msgs: list = []
+    deadline = time.monotonic() + 30
+    while len(msgs) < 3 and time.monotonic() < deadline:
+        msgs += slow.fetch()
+    assert len(msgs) == 3
+    time.sleep(1.5)
+    fast = pipe.worker(1, 1, hist)
+    try:
+        assert all(d >= 2 for d in _process_until(fast, 3))
+        late = slow.process_batch(msgs)
+    finally:
+        fast.close()
+        slow.close()
+    assert late.type == INFO and late.value["produced"] == [], late
+    print("late acks the server confirmed:", late.value["acked"], "error:", late.get("error"))
+    pipe.drain(1, hist, want=_acked(hist), timeout=30)
+    pipe.final_read(1, hist, timeout=30)
+    res = check_pipeline(hist.ops, guarantee="at-most-once", shared_consumer=True)
+    assert res["valid"] is True and res["processing_counts"] == {"1": 3}, res

@@ -16,18 +16,20 @@ How the pipeline's words map onto JetStream (docs/jetstream-pipeline.md):
   (`PipelineAdapter.shared_consumer`: output-reorder is reported, not bad).
 - a worker's batch is what one fetch from every input stream returned, one `process` op.
   The result of input (k, v) is `[k, v]` published to output key k. When the input is acked
-  follows the guarantee (`Guarantee.commit`), input by input:
-  before (at-most-once): a double ack (`ack_sync`: the server confirms it), then the result
-  is published once; an ack the server did not confirm leaves the input unprocessed (loss
-  is allowed, twice is not).
-  after (at-least-once, idempotent): the result is published, retried until its PubAck,
-  then the input acked.
+  follows the guarantee (`Guarantee.commit`):
+  before (at-most-once): the batch's inputs double acked (`ack_sync`: the server confirms
+  each), then each result published once; an input whose ack the server did not confirm, or
+  confirmed only after ack_wait (it may have been delivered again meanwhile), is not
+  processed (loss is allowed, twice is not).
+  after (at-least-once, idempotent): input by input, the result is published, retried until
+  its PubAck, then the input acked.
   in-transaction (exactly-once): as after, with the result's `Nats-Msg-Id` derived from the
   input (`<input stream>:<sequence>`) and a double ack: a redelivered input (its ack lost,
   its worker crashed, its ack_wait past) is published again under the same Msg-Id, which
   the output stream drops as a duplicate within its duplicate window. This is what NATS
   offers for exactly-once; JetStream has no transaction spanning a publish and an ack.
-  A publish that failed, or anything after it in the batch, is nak'd: delivered again at once.
+  There a publish or an ack that failed stops the batch: it and the inputs after it are
+  nak'd (delivered again at once).
 - the final read reads every output stream from the first sequence with the stream's
   get-message API (answered by the stream leader): while the workers run until every
   acknowledged input was read, then, once they stopped, up to each stream's last sequence
@@ -311,6 +313,7 @@ class Worker:
         self._nc = self._loop.run(_connect(pipe.bootstrap), 10.0)
         self._js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT)
         self._subs: dict[int, Any] = {}
+        self._fetched_at = time.monotonic()  # when the last fetch was asked (the loop's clock)
 
     def run(self, stop: threading.Event) -> None:
         try:
@@ -324,6 +327,7 @@ class Worker:
     def fetch(self) -> list[Any]:
         """What one fetch from every input stream delivered; after a fetch that only failed
         (the cluster down, say), a pause, so a worker does not spin on the errors."""
+        self._fetched_at = time.monotonic()  # before the server can have delivered anything
         try:
             msgs, errors = self._loop.run(self._fetch(), FETCH_S + CALL_SLACK)
         except Exception as e:  # noqa: BLE001 - a fetch that failed delivered nothing we know of
@@ -358,7 +362,7 @@ class Worker:
         """One `process` op: every input of `msgs` through the profile's steps; info (and a
         new process number) unless every step was confirmed."""
         value: dict[str, Any] = {"consumed": [_consumed(m) for m in msgs], "produced": [], "acked": [],
-                                 "deduplicated": []}
+                                 "deduplicated": [], "skipped": []}
         self.hist.record(self.process, INVOKE, "process", _copy(value))
         try:
             kind, why = self._loop.run(self._steps(msgs, value), OP_TIMEOUT + CALL_SLACK)
@@ -371,40 +375,69 @@ class Worker:
         return op
 
     async def _steps(self, msgs: list[Any], value: dict[str, Any]) -> tuple[str, str | None]:
-        """The batch's inputs in order; at the first one not confirmed, the rest are nak'd.
-        fail only when nothing happened at all: no input acked, no result possibly stored."""
+        """The batch's inputs per the profile; fail only when nothing happened at all."""
         deadline = asyncio.get_running_loop().time() + OP_TIMEOUT
+        if self.profile.commit == "before":
+            return await self._ack_first(msgs, value, deadline)
         for i, m in enumerate(msgs):
             failed = await self._one(m, value, deadline)
             if failed is not None:
                 kind, why = failed
-                # An input acked before processing cannot be asked for again.
-                await _nak(msgs[i + 1:] if self.profile.commit == "before" else msgs[i:])
+                await _nak(msgs[i:])
                 nothing = kind == FAIL and not value["produced"] and not value["acked"]
                 return (FAIL if nothing else INFO), why
         return OK, None
 
     async def _one(self, m: Any, value: dict[str, Any], deadline: float) -> tuple[str, str] | None:
-        """Input m per the profile; None when done and confirmed, else (fail|info, why)."""
+        """Input m processed, then acked: None when both are confirmed, else (fail|info, why);
+        at the first input not confirmed the batch stops and the rest are nak'd."""
+        got = await self._produce(m, value, deadline)
+        if isinstance(got, tuple):
+            return got
+        why = await self._ack(m, value, double=self.profile.commit == "in-transaction")
+        return None if why is None else (INFO, why)
+
+    async def _ack_first(self, msgs: list[Any], value: dict[str, Any], deadline: float) -> tuple[str, str | None]:
+        """at-most-once: every input acked (double ack) before any is processed, and processed
+        only if the server confirmed its ack within ack_wait of the fetch.
+
+        An ack confirmed later may have come after the server gave the input to another
+        worker: it accepts an ack of an earlier delivery (nats-server issue 4786), so the
+        confirmation alone does not say this worker is the input's only processor (the local
+        time-keeping that issue asks of exactly-once consumers). So the batch's acks go out
+        together, before any publish can hold them up.
+        """
+        loop = asyncio.get_running_loop()
+        unconfirmed = [why for why in await asyncio.gather(*(self._ack(m, value, double=True) for m in msgs))
+                       if why is not None]
+        acked = {(k, seq) for k, seq in value["acked"]}
+        if loop.time() > self._fetched_at + self.pipe.ack_wait:
+            value["skipped"] = [list(_input(m)) for m in msgs if (_input(m)[0], _seq(m)) in acked]
+            unconfirmed.append(f"acks confirmed {loop.time() - self._fetched_at:.1f} s after the fetch, past "
+                               f"ack_wait: {len(value['skipped'])} inputs not processed")
+            return INFO, "; ".join(unconfirmed[:3])
+        for m in msgs:
+            if (_input(m)[0], _seq(m)) in acked:  # an input whose ack is unknown is not processed
+                if isinstance(got := await self._produce(m, value, deadline), tuple):
+                    unconfirmed.append(got[1])
+        return (INFO, "; ".join(unconfirmed[:3])) if unconfirmed else (OK, None)
+
+    async def _produce(self, m: Any, value: dict[str, Any], deadline: float) -> api.PubAck | tuple[str, str]:
+        """Input m's result published (publish_result), recorded in `value` once it has a PubAck."""
         k, v = _input(m)
-        if self.profile.commit == "before" and (why := await self._ack(m, value, double=True)) is not None:
-            return INFO, why
         got = await self.publish_result(m, deadline)
         if not isinstance(got, api.PubAck):
             return got[0], f"publishing [{k}, {v}]: {got[1]}"
         value["produced"].append([k, v])
         if got.duplicate:
             value["deduplicated"].append([k, v])
-        if self.profile.commit != "before":
-            why = await self._ack(m, value, double=self.profile.commit == "in-transaction")
-            return None if why is None else (INFO, why)
-        return None
+        return got
 
     async def publish_result(self, m: Any, deadline: float | None = None) -> api.PubAck | tuple[str, str]:
         """Input m's result to its output stream: with a Msg-Id derived from m where the profile
         is idempotent, retried per the profile's retries until `deadline` (loop time)."""
         k, v = _input(m)
-        seq = m.metadata.sequence.stream
+        seq = _seq(m)
         if deadline is None:
             deadline = asyncio.get_running_loop().time() + OP_TIMEOUT
         msg_id = result_msg_id(in_stream(k), seq) if self.profile.idempotence else None
@@ -419,7 +452,7 @@ class Worker:
                 await m.ack()
         except Exception as e:  # noqa: BLE001 - the ack may or may not have reached the server
             return f"acking {list(_input(m))}: {_err(e)}"
-        value["acked"].append([_input(m)[0], m.metadata.sequence.stream])
+        value["acked"].append([_input(m)[0], _seq(m)])
         return None
 
     def publish_unacked(self, msgs: list[Any]) -> list[api.PubAck | tuple[str, str]]:
@@ -442,9 +475,14 @@ def _input(m: Any) -> tuple[int, int]:
     return int(m.subject.rsplit(".", 1)[1]), int(m.data)
 
 
+def _seq(m: Any) -> int:
+    """The input's sequence in its stream (the same for every delivery of it)."""
+    return int(m.metadata.sequence.stream)
+
+
 def _consumed(m: Any) -> list[int]:
     k, v = _input(m)
-    return [k, m.metadata.sequence.stream, v]
+    return [k, _seq(m), v]
 
 
 def _copy(value: dict[str, Any]) -> dict[str, Any]:

@@ -61,7 +61,8 @@ def _process_until(worker: Worker, n: int, *, timeout: float = 60.0) -> list[int
 def _crash_after_publishing(guarantee: str, cluster, n: int = 5) -> tuple[History, list[int], Worker]:
     """n inputs; worker 0 publishes their results and crashes before acking; once ack_wait
     has passed worker 1 processes what the server delivers again. The whole history."""
-    pipe = JetStreamPipeline(cluster.bootstrap(), GUARANTEES[guarantee], replicas=3, ack_wait=1.0)
+    # ack_wait: long enough that the survivor's own batch is never delivered again on a loaded VM.
+    pipe = JetStreamPipeline(cluster.bootstrap(), GUARANTEES[guarantee], replicas=3, ack_wait=3.0)
     hist = History()
     pipe.produce_inputs(1, n, hist)
     assert len(_acked(hist)) == n
@@ -128,7 +129,7 @@ def test_at_most_once_acks_before_publishing_and_never_processes_twice(cluster):
 def test_at_most_once_leaves_unprocessed_an_input_acked_after_ack_wait(cluster):
     # A worker slower than ack_wait: the server gives its inputs to another worker, which
     # processes them; the slow one's acks then come too late to make it their only processor.
-    pipe = JetStreamPipeline(cluster.bootstrap(), GUARANTEES["at-most-once"], replicas=3, ack_wait=1.0)
+    pipe = JetStreamPipeline(cluster.bootstrap(), GUARANTEES["at-most-once"], replicas=3, ack_wait=3.0)
     hist = History()
     pipe.produce_inputs(1, 3, hist)
     slow = pipe.worker(0, 1, hist)
@@ -137,7 +138,7 @@ def test_at_most_once_leaves_unprocessed_an_input_acked_after_ack_wait(cluster):
     while len(msgs) < 3 and time.monotonic() < deadline:
         msgs += slow.fetch()
     assert len(msgs) == 3
-    time.sleep(1.5)
+    time.sleep(4.0)  # past ack_wait
     fast = pipe.worker(1, 1, hist)
     try:
         assert all(d >= 2 for d in _process_until(fast, 3))
@@ -146,7 +147,6 @@ def test_at_most_once_leaves_unprocessed_an_input_acked_after_ack_wait(cluster):
         fast.close()
         slow.close()
     assert late.type == INFO and late.value["produced"] == [], late
-    print("late acks the server confirmed:", late.value["acked"], "error:", late.get("error"))
     pipe.drain(1, hist, want=_acked(hist), timeout=30)
     pipe.final_read(1, hist, timeout=30)
     res = check_pipeline(hist.ops, guarantee="at-most-once", shared_consumer=True)

@@ -41,7 +41,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
                       container: kafka-1, address, pidfile, start} (cluster/hostcfg.py)  ([])
 
 What the system cannot do is refused at load, from its record (logquake.systems.base.System):
-a client, workload, transactions, partitions or a fault's need it does not offer.
+a client, workload, transactions, partitions or a fault's need it does not offer; and a client
+the workload has no adapter for (logquake.workloads.registry).
 
 Every error names the key, the bad value and what is allowed. Each list of allowed values
 has its home beside what it names: workloads in logquake.workloads.registry, guarantees and
@@ -270,6 +271,12 @@ def _check_system(cfg: TestConfig) -> None:
         raise ConfigError("client", f"system {cfg.system} is driven by {', '.join(system.clients)}; got {cfg.client!r}")
     if cfg.workload not in system.workloads:
         raise ConfigError("workload", f"system {cfg.system} runs {', '.join(system.workloads)}; got {cfg.workload!r}")
+    from logquake.workloads.registry import get_workload
+
+    workload = get_workload(cfg.workload)
+    if cfg.client not in workload.clients:
+        raise ConfigError("client", f"workload {cfg.workload} is driven by {', '.join(workload.clients)}; "
+                                    f"got {cfg.client!r}")
     if cfg.txn and "transactions" not in system.features:
         raise ConfigError("txn", f"system {cfg.system} has no transactions logquake drives")
     if system.max_partitions is not None and cfg.partitions > system.max_partitions:

@@ -39,6 +39,9 @@ SUB_VIAS = ("assign", "subscribe")
 ALWAYS_ALLOWED = frozenset({"int-send-skip", "G0", "G0-process", "G0-realtime", "duplicate-after-window"})
 # A rebalance may hand a consumer any position; only assign promises poll order.
 SUBSCRIBE_ALLOWS = frozenset({"poll-skip", "nonmonotonic-poll"})
+# A consumer shared by several workers (JetStream's durable pull consumer) hands one key's
+# inputs to all of them at once: nothing orders their outputs, as a partition's owner does.
+SHARED_CONSUMER_ALLOWS = frozenset({"output-reorder"})
 # t0 <ww t1 <wr t0 is normal without write isolation, and inferred ww edges may be wrong.
 WW_DEPS_ALLOW = frozenset({"G1c", "G1c-process", "G1c-realtime"})
 
@@ -141,13 +144,17 @@ def apply_guarantee(cfg: TestConfig) -> TestConfig:
 
 
 def allowed_types(*, reported: Iterable[str], guarantee: str | None = None, sub_via: str = "assign",
-                  ww_deps: bool = True, ignore: Iterable[str] = ()) -> frozenset[str]:
+                  ww_deps: bool = True, ignore: Iterable[str] = (),
+                  shared_consumer: bool = False) -> frozenset[str]:
     """Anomaly types a test tolerates among those its checker `reported` can name, plus
     `ignore` (the user's own: reported, never bad). An unknown guarantee name (an old run, a
-    typo in a stored file) widens nothing."""
+    typo in a stored file) widens nothing. `shared_consumer`: the pipeline's workers share
+    one consumer (logquake.workloads.pipeline.PipelineAdapter)."""
     allowed = set(ALWAYS_ALLOWED)
     if sub_via == "subscribe":
         allowed |= SUBSCRIBE_ALLOWS
+    if shared_consumer:
+        allowed |= SHARED_CONSUMER_ALLOWS
     if ww_deps:
         allowed |= WW_DEPS_ALLOW
     g = GUARANTEES.get(guarantee) if guarantee is not None else None

@@ -1,14 +1,19 @@
 """The `pipeline` workload (consume-transform-produce), as Kafka Streams does it.
 
-An input producer writes values 1..n round-robin to input topics `lq-in-<k>`; workers in
+An input producer writes values 1..n round-robin to input keys (`lq-in-<k>`); workers in
 one consumer group read them and write `[k, v]` (the transform keeps the input's identity,
-so the checker can count how often each input was processed) to `lq-out-<k>`. When offsets
-are committed follows the guarantee profile: before producing (at-most-once), after the
-produce is acknowledged (at-least-once), or inside the producing transaction with
-send_offsets_to_transaction (exactly-once). Finally a read_committed consumer reads every
-output topic from the beginning. The history records inputs (`input`), what each worker
-consumed, produced and committed (`process`), and the final reads (`poll`), in the shape
-logquake.checker.pipeline reads. Uses confluent-kafka.
+so the checker can count how often each input was processed) to output keys (`lq-out-<k>`).
+When the input is marked consumed follows the guarantee profile: before producing
+(at-most-once), after the produce is acknowledged (at-least-once), or atomically with it
+(exactly-once). Finally every output key is read from the beginning. The history records
+inputs (`input`), what each worker consumed, produced and committed (`process`), and the
+final reads (`poll`), in the shape logquake.checker.pipeline reads.
+
+The run's shape (`run_pipeline`) is written once; what a client library does for it is a
+`PipelineClient`, chosen by the test's `client` in `ADAPTERS` (each system offers its clients,
+logquake.systems). This module holds the confluent-kafka one: offsets committed before or
+after producing, or inside the producing transaction with send_offsets_to_transaction, and a
+read_committed final read. The JetStream one is logquake.systems.jetstream.pipeline.
 """
 
 from __future__ import annotations
@@ -19,14 +24,19 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from logquake.guarantees import Guarantee
+from logquake.errors import ConfigError
+from logquake.guarantees import Guarantee, get_guarantee
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
 from logquake.workloads.confluent import START_OFFSET
+
+if TYPE_CHECKING:
+    from logquake.config import TestConfig
 
 log = logging.getLogger("logquake.pipeline")
 
@@ -289,23 +299,140 @@ def drain_outputs(bootstrap: str, keys: int, hist: History, *, want: set[tuple[i
         c.close()
 
 
+class PipelineWorker(Protocol):
+    """One consume-transform-produce loop of the group, on a thread of its own."""
+
+    index: int
+
+    def run(self, stop: threading.Event) -> None:
+        """Process inputs until `stop` is set, recording every batch as a `process` op; then
+        let go of the client. Must not raise for anything the system under test does."""
+        ...
+
+
+class PipelineClient(Protocol):
+    """What one client library does for the pipeline; `run_pipeline` calls it in this order.
+
+    Every method records its ops in `hist` and classifies errors itself (fail only where
+    nothing happened); none of them may raise for what the system under test does.
+    """
+
+    def produce_inputs(self, keys: int, n: int, hist: History, *, rate: float | None = None,
+                       stop: threading.Event | None = None) -> None:
+        """Values 1..n (or until `stop`), value v to key v % keys, each an `input` op of
+        process -1 (-2, -3... after an info one), at most `rate` per second."""
+        ...
+
+    def worker(self, index: int, keys: int, hist: History) -> PipelineWorker:
+        """Worker `index` (its first process number), a member of the one group."""
+        ...
+
+    def drain(self, keys: int, hist: History, *, want: set[tuple[int, int]], timeout: float) -> None:
+        """Read the output, as `poll` ops of process -2, until every (key, value) of `want`
+        was read at least once, or timeout. The workers still run."""
+        ...
+
+    def final_read(self, keys: int, hist: History, *, timeout: float) -> None:
+        """After the workers stopped: read whatever the drain has not read of the output."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineAdapter:
+    """One client library's pipeline, as the registry and the checker see it.
+
+    Attributes:
+        client: the `client` config value.
+        open: (cfg, bootstrap) -> a PipelineClient for that test's cluster.
+        configs: cfg -> the (producer, consumer) settings test.json shows.
+        shared_consumer: the group hands one key's inputs to several workers at once (a
+            shared queue, not partitions owned by one member): nothing orders the outputs of
+            one input key, so output-reorder is reported but not bad (logquake.guarantees).
+    """
+
+    client: str
+    open: Callable[[TestConfig, str], PipelineClient]
+    configs: Callable[[TestConfig], tuple[dict[str, Any], dict[str, Any]]]
+    shared_consumer: bool = False
+
+
+# client -> "module:attribute" of its PipelineAdapter; imported on first use (the system's
+# client library loads only when that system is tested).
+ADAPTERS: Mapping[str, str] = {
+    "confluent": "logquake.workloads.pipeline:KAFKA",
+    "nats-py": "logquake.systems.jetstream.pipeline:JETSTREAM",
+}
+
+
+def get_adapter(client: str) -> PipelineAdapter:
+    """The pipeline adapter of `client`; ConfigError naming `client` where there is none."""
+    if client not in ADAPTERS:
+        raise ConfigError("client", f"the pipeline workload is driven by {', '.join(ADAPTERS)}; got {client!r}")
+    import importlib
+
+    module, _, attr = ADAPTERS[client].partition(":")
+    adapter = getattr(importlib.import_module(module), attr)
+    assert isinstance(adapter, PipelineAdapter) and adapter.client == client, ADAPTERS[client]
+    return adapter
+
+
+def drive(cfg: TestConfig, bootstrap: str, record: Callable[[Op], Op], during: Callable[[], None]) -> None:
+    """The runner's entry (Workload.drive): the test's client's pipeline under the runner's phases."""
+    client = get_adapter(cfg.client).open(cfg, bootstrap)
+    run_pipeline(bootstrap, get_guarantee(cfg.guarantee), keys=max(cfg.partitions, 4),
+                 values=max(1, int(cfg.rate * cfg.time_limit)), workers=cfg.concurrency,
+                 hist=History(sink=record), rate=cfg.rate, during=during, timeout=max(60.0, cfg.time_limit),
+                 client=client)
+
+
+class KafkaPipeline:
+    """The confluent-kafka PipelineClient: this module's functions on one bootstrap."""
+
+    def __init__(self, bootstrap: str, profile: Guarantee) -> None:
+        self.bootstrap, self.profile = bootstrap, profile
+
+    def produce_inputs(self, keys: int, n: int, hist: History, *, rate: float | None = None,
+                       stop: threading.Event | None = None) -> None:
+        produce_inputs(self.bootstrap, keys, n, hist, rate=rate, stop=stop)
+
+    def worker(self, index: int, keys: int, hist: History) -> Worker:
+        return Worker(index, self.bootstrap, self.profile, keys, hist)
+
+    def drain(self, keys: int, hist: History, *, want: set[tuple[int, int]], timeout: float) -> None:
+        drain_outputs(self.bootstrap, keys, hist, want=want, timeout=timeout)
+
+    def final_read(self, keys: int, hist: History, *, timeout: float) -> None:
+        """Nothing: the drain read while the workers ran, and read_committed sees no more."""
+
+
+def _kafka_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    g = get_guarantee(cfg.guarantee)
+    return worker_producer_config("<bootstrap>", g, 0), worker_consumer_config("<bootstrap>", g)
+
+
+KAFKA = PipelineAdapter(client="confluent", open=lambda cfg, bootstrap: KafkaPipeline(bootstrap, get_guarantee(
+    cfg.guarantee)), configs=_kafka_configs)
+
+
 def run_pipeline(bootstrap: str, profile: Guarantee, *, keys: int = 4, values: int = 200, workers: int = 2,
                  timeout: float = 90.0, hist: History | None = None, rate: float | None = None,
-                 during: Callable[[], None] | None = None) -> list[Op]:
+                 during: Callable[[], None] | None = None, client: PipelineClient | None = None) -> list[Op]:
     """Run the whole workload against `bootstrap`; the history, ready for check_pipeline.
 
     Without `during`, all `values` inputs are written first. With it (the runner's main
     phase: faults for a while, then heal), inputs flow at `rate` while it runs and stop when
-    it returns; then the output is drained.
+    it returns; then the output is drained, the workers stopped, and the rest read.
+    `client` does the ops (default: confluent-kafka's, on `bootstrap` with `profile`).
     """
     hist = hist or History()
+    client = client or KafkaPipeline(bootstrap, profile)
     stop, inputs_over = threading.Event(), threading.Event()
     if during is None:
-        produce_inputs(bootstrap, keys, values, hist)
-    crew = [Worker(i, bootstrap, profile, keys, hist) for i in range(workers)]
+        client.produce_inputs(keys, values, hist)
+    crew = [client.worker(i, keys, hist) for i in range(workers)]
     threads = [threading.Thread(target=w.run, args=(stop,), daemon=True, name=f"pipe-{w.index}") for w in crew]
     if during is not None:
-        threads.append(threading.Thread(target=produce_inputs, args=(bootstrap, keys, values, hist),
+        threads.append(threading.Thread(target=client.produce_inputs, args=(keys, values, hist),
                                         kwargs={"rate": rate, "stop": inputs_over}, daemon=True))
     for t in threads:
         t.start()
@@ -315,13 +442,14 @@ def run_pipeline(bootstrap: str, profile: Guarantee, *, keys: int = 4, values: i
             inputs_over.set()
             threads[-1].join(30.0)
         acked = {(m[1], m[2][1]) for op in hist.ops if op.f == "input" and op.type == OK for m in op.value}
-        drain_outputs(bootstrap, keys, hist, want=acked, timeout=timeout)
+        client.drain(keys, hist, want=acked, timeout=timeout)
     finally:
         inputs_over.set()
         stop.set()
         for t in threads:
             t.join(20.0)
         _log_stuck(threads)
+    client.final_read(keys, hist, timeout=timeout)
     return hist.ops
 
 

@@ -145,28 +145,33 @@ def _queue_client(cfg: TestConfig) -> Client:
 def _pipeline_check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
     from logquake.checker.pipeline import check_pipeline
 
-    return check_pipeline(ops, guarantee=cfg.guarantee)
+    return check_pipeline(ops, guarantee=cfg.guarantee, shared_consumer=_pipeline_shared(cfg))
 
 
 def _pipeline_allowed(cfg: TestConfig) -> frozenset[str]:
     from logquake.checker.pipeline import PIPELINE_TYPES
 
-    return allowed_types(reported=PIPELINE_TYPES, guarantee=cfg.guarantee)
+    return allowed_types(reported=PIPELINE_TYPES, guarantee=cfg.guarantee, shared_consumer=_pipeline_shared(cfg))
+
+
+def _pipeline_shared(cfg: TestConfig) -> bool:
+    """Does the test's client share one consumer among the workers? (False for a client with
+    no pipeline adapter: a stored run of an older harness, checked again.)"""
+    from logquake.workloads import pipeline
+
+    return cfg.client in pipeline.ADAPTERS and pipeline.get_adapter(cfg.client).shared_consumer
 
 
 def _pipeline_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     from logquake.workloads import pipeline
 
-    g = get_guarantee(cfg.guarantee)
-    return pipeline.worker_producer_config("<bootstrap>", g, 0), pipeline.worker_consumer_config("<bootstrap>", g)
+    return pipeline.get_adapter(cfg.client).configs(cfg)
 
 
 def _pipeline_drive(cfg: TestConfig, bootstrap: str, record: Callable[[Op], Op], during: Callable[[], None]) -> None:
-    from logquake.workloads.pipeline import History, run_pipeline
+    from logquake.workloads import pipeline
 
-    run_pipeline(bootstrap, get_guarantee(cfg.guarantee), keys=max(cfg.partitions, 4),
-                 values=max(1, int(cfg.rate * cfg.time_limit)), workers=cfg.concurrency,
-                 hist=History(sink=record), rate=cfg.rate, during=during, timeout=max(60.0, cfg.time_limit))
+    pipeline.drive(cfg, bootstrap, record, during)
 
 
 # -- offsets: committed offsets as registers --------------------------------------------------
@@ -251,7 +256,7 @@ WORKLOADS: dict[str, Workload] = {
                  clients=("confluent", "kafka-python", "nats-py"), check=_queue_check, allowed=_queue_allowed,
                  client_configs=_queue_configs, make_generator=_queue_generator, make_client=_queue_client),
         Workload(name="pipeline", summary="consume-transform-produce: how often each input reaches the output",
-                 clients=("confluent",), check=_pipeline_check, allowed=_pipeline_allowed,
+                 clients=("confluent", "nats-py"), check=_pipeline_check, allowed=_pipeline_allowed,
                  client_configs=_pipeline_configs, drive=_pipeline_drive),
         # Its ops are the commits and fetches themselves: no anomaly a guarantee could excuse.
         Workload(name="offsets", summary="committed consumer-group offsets, checked as linearizable registers",
@@ -294,7 +299,10 @@ def describe(cfg: TestConfig) -> dict[str, Any]:
 
 def _commit(declared: str, consumer: dict[str, Any]) -> str:
     """When offsets are really committed: a consumer that auto-commits (a subscribe group)
-    commits on its own timer, whatever the guarantee declares."""
+    commits on its own timer, whatever the guarantee declares; a consumer whose config says
+    when it acknowledges its input (`ack`: JetStream's pipeline) is taken at its word."""
+    if isinstance(consumer.get("ack"), str):
+        return consumer["ack"]
     if consumer.get("enable.auto.commit") is True or consumer.get("enable_auto_commit") is True:
         return f"by the client's auto-commit timer (subscribe), not {declared} processing"
     return declared

@@ -1,7 +1,7 @@
 """NATS JetStream as a `System` (docs/architecture.md): nats-server on every node, nats-py as its client.
 
 What a test may not ask of it is refused at config load, by the record's fields: one
-partition per key (a key is a stream of one subject), the queue and kv workloads, and no clock
+partition per key (a key is a stream of one subject), the queue, pipeline and kv workloads, no clock
 faults: nats-server is a statically linked Go binary, so libfaketime's LD_PRELOAD never
 loads into it and its clock reads bypass libc. Transactions are atomic batch publishes
 (batch.py), which the server offers from 2.12 on: a test that asks for transactions (`txn`,
@@ -132,7 +132,7 @@ JETSTREAM = System(
     txn_writes_one_key=True,
     dedup_window=_dedup_window,
     clients=("nats-py",),
-    workloads=("queue", "kv"),
+    workloads=("queue", "pipeline", "kv"),
     make_lifecycle=_make_lifecycle,
     bootstrap=_bootstrap,
     not_ready=_not_ready,

@@ -27,9 +27,12 @@ CONTROL = "/.lazyfs"
 
 @dataclass
 class Dirty:
-    """Unsynced state of one file: its logical size and the pages written since the last fsync."""
+    """Unsynced state of one file: its logical size, how much of the backing file still belongs
+    to it (a truncate since the last fsync cuts that; bytes past it read as zero if the file
+    grows again), and the pages written since the last fsync."""
 
     size: int
+    valid: int
     pages: dict[int, bytearray] = field(default_factory=dict)
 
 
@@ -47,13 +50,16 @@ class LazyCore:
         d = self.dirty.get(path)
         return d.size if d is not None else os.stat(self.real(path)).st_size
 
-    def _backing_page(self, fd: int, index: int) -> bytearray:
-        page = bytearray(os.pread(fd, PAGE, index * PAGE))
+    def _backing_page(self, fd: int, index: int, valid: int) -> bytearray:
+        """Page `index` as the backing file holds it, zero from byte `valid` of the file on."""
+        n = max(0, min(PAGE, valid - index * PAGE))
+        page = bytearray(os.pread(fd, n, index * PAGE)) if n else bytearray()
         return page + bytearray(PAGE - len(page))
 
     def _dirty(self, path: str) -> Dirty:
         if path not in self.dirty:
-            self.dirty[path] = Dirty(size=os.stat(self.real(path)).st_size)
+            size = os.stat(self.real(path)).st_size
+            self.dirty[path] = Dirty(size=size, valid=size)
         return self.dirty[path]
 
     def read(self, path: str, fd: int, size: int, offset: int) -> bytes:
@@ -65,7 +71,7 @@ class LazyCore:
             return os.pread(fd, end - offset, offset)
         out = bytearray()
         for index in range(offset // PAGE, (end - 1) // PAGE + 1):
-            page = d.pages.get(index) or self._backing_page(fd, index)
+            page = d.pages.get(index) or self._backing_page(fd, index, d.valid)
             lo = max(offset, index * PAGE) - index * PAGE
             hi = min(end, (index + 1) * PAGE) - index * PAGE
             out += page[lo:hi]
@@ -77,7 +83,7 @@ class LazyCore:
         while pos < len(data):
             index, within = divmod(offset + pos, PAGE)
             if index not in d.pages:
-                d.pages[index] = self._backing_page(fd, index) if index * PAGE < d.size else bytearray(PAGE)
+                d.pages[index] = self._backing_page(fd, index, d.valid)
             n = min(PAGE - within, len(data) - pos)
             d.pages[index][within : within + n] = data[pos : pos + n]
             pos += n
@@ -92,9 +98,10 @@ class LazyCore:
         if length % PAGE:
             # Bytes past the new end must read as zero if the file grows again.
             if last not in d.pages and last * PAGE < d.size:
-                d.pages[last] = self._backing_page(fd, last)
+                d.pages[last] = self._backing_page(fd, last, d.valid)
             if last in d.pages:
                 d.pages[last][length % PAGE :] = bytes(PAGE - length % PAGE)
+        d.valid = min(d.valid, length)
         d.size = length
 
     def fsync(self, path: str) -> None:
@@ -103,6 +110,7 @@ class LazyCore:
             return
         fd = os.open(self.real(path), os.O_WRONLY)
         try:
+            os.ftruncate(fd, d.valid)  # what a truncate cut reads as zero when the file grows
             os.ftruncate(fd, d.size)
             for index, page in sorted(d.pages.items()):
                 n = min(PAGE, d.size - index * PAGE)

@@ -36,7 +36,11 @@ How the queue's words map onto JetStream:
   stream's end is its first sequence, a stream the server does not know ends at
   `FIRST_SEQ` (nothing was stored), and a key whose leader did not answer in time gets
   None. Each final poll records this client's position per key (`positions`), which
-  passes gaps in the sequence that no read returns.
+  passes gaps in the sequence that no read returns. The final read is per key, as the
+  checker judges it: a final poll in which some streams answered and others did not (no
+  leader, say) is ok with what the answering ones returned, and names the others with
+  their error as `unread` (no position recorded for them); only a final poll that no
+  stream answered is info.
 - the final read from every node (`NodeReads`, the drain's ops marked `node`): a client
   connected to that node alone reads with direct gets (`$JS.API.DIRECT.GET.<stream>`,
   answered from a replica's own store), its final assign recording as `ends` the node's
@@ -101,11 +105,12 @@ GROUP = "lq-group"  # the durable consumer subscribers share
 ACK_WAIT_S = 5.0  # a subscriber's unacked message is delivered again after this
 READ_BATCH = 100  # messages a poll reads per key at most
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
-ENDS_TIMEOUT = 5.0  # a final assign asks every key's end of the log within this, all in all
+ENDS_TIMEOUT = 5.0  # a final assign asks each key's end of the log within this
 RETRY_BACKOFF = 0.1
 NODE_ATTEMPTS = 40  # direct gets per read until the node asked answers one itself
 ATTEMPT_TIMEOUT = 1.0  # one direct get waits this long for its answer and the node's trace event
 NODE_READ_TIMEOUT = 8.0  # all attempts of one read from a node, within an op's 10 s
+NODE_ENDS_TIMEOUT = NODE_READ_TIMEOUT + 2.0  # one key's end on a node: its stream's info, then the node's read
 NODE_READ_VERSION = (2, 11)  # message tracing and batched direct gets
 TRACE_DEST = "Nats-Trace-Dest"
 # Kinds of connection a trace event's egress names: a route, a gateway, a leafnode (the
@@ -322,7 +327,7 @@ class JetStreamClient(QueueClient):
                 if self._node is None:
                     ends.update(self._loop.run(self._ends(keys), timeout=ENDS_TIMEOUT + 1.0))
                 else:
-                    ends.update(self._loop.run(self._node_ends(keys, self._node), timeout=NODE_READ_TIMEOUT + 2.0))
+                    ends.update(self._loop.run(self._node_ends(keys, self._node), timeout=NODE_ENDS_TIMEOUT + 1.0))
             except TimeoutError as e:
                 log.info("ends: %s", e)
             done.extra["ends"] = ends
@@ -334,8 +339,9 @@ class JetStreamClient(QueueClient):
         """Each key's end of the log (see the module docstring); None where unknown."""
 
         async def end(k: int) -> int | None:
+            # Each key within its own bound: a stream with no leader leaves only its own end unknown.
             try:
-                info = await self._js.stream_info(stream_name(k))
+                info = await asyncio.wait_for(self._js.stream_info(stream_name(k)), ENDS_TIMEOUT)
             except nats.js.errors.NotFoundError:
                 return FIRST_SEQ
             except Exception as e:  # noqa: BLE001 - an unanswered end stays unknown
@@ -343,7 +349,7 @@ class JetStreamClient(QueueClient):
                 return None
             return max(FIRST_SEQ, info.state.last_seq + 1)
 
-        got = await asyncio.wait_for(asyncio.gather(*(end(k) for k in keys)), ENDS_TIMEOUT)
+        got = await asyncio.gather(*(end(k) for k in keys))
         return {str(k): e for k, e in zip(keys, got, strict=True)}
 
     async def _node_ends(self, keys: list[int], node: str) -> dict[str, int | None]:
@@ -374,7 +380,7 @@ class JetStreamClient(QueueClient):
 
         async def guarded(k: int) -> int | None:
             try:
-                return await end(k)
+                return await asyncio.wait_for(end(k), NODE_ENDS_TIMEOUT)
             except Exception as e:  # noqa: BLE001 - an end the node did not give stays unknown
                 log.info("end of %s on %s: %s", stream_name(k), node, _err_text(e))
                 return None
@@ -484,6 +490,7 @@ class JetStreamClient(QueueClient):
     async def _aplain(self, op: Op) -> Op:
         value = [list(m) for m in op.value]
         acks: list[Any] = []  # subscribe: messages to ack once the op is ok
+        unread: dict[int, BaseException] = {}  # assign: keys whose read the server did not answer
         for i, m in enumerate(value):
             if m[0] == "send":
                 _, k, v = m
@@ -494,8 +501,10 @@ class JetStreamClient(QueueClient):
             else:
                 polled: dict[str, list[list[Any]]] = {}
                 value[i] = ["poll", polled]
-                err = await (self._fetch(polled, acks) if self.subscribed else self._read(polled))
-                if err is not None:
+                err = await (self._fetch(polled, acks) if self.subscribed else self._read(polled, unread))
+                # A final read is judged per key: what the streams that answered returned
+                # counts even where another stream did not answer (the poll says which).
+                if err is not None and not (op.get("final") and 0 < len(unread) < len(self.assigned)):
                     self._seek_back(value)
                     return complete(op, INFO, value, error=_err_text(err))
         for msg in acks:
@@ -505,7 +514,10 @@ class JetStreamClient(QueueClient):
                 log.info("ack: %s", _err_text(e))
         done = complete(op, OK, value)
         if op.get("final") and not self.subscribed:
-            done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned}
+            done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned
+                                       if k not in unread}
+            if unread:
+                done.extra["unread"] = {str(k): _err_text(e) for k, e in sorted(unread.items())}
         return done
 
     async def _publish(self, k: int, v: Any) -> int | tuple[str, str]:
@@ -620,23 +632,24 @@ class JetStreamClient(QueueClient):
         except Exception as e:  # noqa: BLE001 - creating or updating a stream stores no message
             log.info("stream %s with atomic publish: %s", stream_name(k), _err_text(e))
 
-    async def _read(self, polled: dict[str, list[list[Any]]]) -> BaseException | None:
-        """assign: read every assigned stream onwards from this client's position."""
-        results = await asyncio.gather(*(self._read_key(k) for k in self.assigned), return_exceptions=True)
-        err = None
+    async def _read(self, polled: dict[str, list[list[Any]]], unread: dict[int, BaseException]) -> BaseException | None:
+        """assign: read every assigned stream onwards from this client's position; a key
+        whose read failed goes to `unread` with what ended it, keeping what it read before."""
+        got: dict[int, list[tuple[int, int]]] = {k: [] for k in self.assigned}
+        results = await asyncio.gather(*(self._read_key(k, got[k]) for k in self.assigned), return_exceptions=True)
         for k, res in zip(self.assigned, results, strict=True):
-            if isinstance(res, BaseException):
-                err = err or res
-                continue
-            for seq, v in res:
+            for seq, v in got[k]:
                 add_polled(polled, k, seq, v)
                 self.position[k] = seq + 1
-        return err
+            if isinstance(res, BaseException):
+                unread[k] = res
+        return next(iter(unread.values()), None)
 
-    async def _read_key(self, k: int) -> list[tuple[int, int]]:
+    async def _read_key(self, k: int, got: list[tuple[int, int]]) -> None:
+        """Append to `got` key k's messages from this client's position on, in order."""
         if self._node is not None:
-            return await self._read_key_on(k, self._node)
-        got: list[tuple[int, int]] = []
+            got.extend(await self._read_key_on(k, self._node))
+            return
         seq = self.position.get(k, FIRST_SEQ)
         while len(got) < READ_BATCH:
             try:
@@ -645,7 +658,6 @@ class JetStreamClient(QueueClient):
                 break  # no message at or after seq (or no stream yet): read up to the end
             got.append((msg.seq, int(msg.data)))
             seq = msg.seq + 1
-        return got
 
     async def _read_key_on(self, k: int, node: str) -> list[tuple[int, int]]:
         """The messages `node` itself holds at or after this client's position (one batch)."""

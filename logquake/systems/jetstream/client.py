@@ -41,7 +41,7 @@ How the queue's words map onto JetStream:
   leader, say) is ok with what the answering ones returned, and names the others with
   their error as `unread` (no position recorded for them); only a final poll that no
   stream answered is info.
-- the final read from every node (`NodeReads`, the drain's ops marked `node`): a client
+- the final read from every node (`System.node_reads`, the drain's ops marked `node`): a client
   connected to that node alone reads with direct gets (`$JS.API.DIRECT.GET.<stream>`,
   answered from a replica's own store), its final assign recording as `ends` the node's
   own end of each log (its last message on the key's subject + 1) and as `not_held` the
@@ -73,6 +73,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -168,6 +169,13 @@ def direct_get(k: int) -> str:
     return f"$JS.API.DIRECT.GET.{stream_name(k)}"
 
 
+def node_bootstraps(bootstrap: str) -> dict[str, str]:
+    """Each server of `bootstrap` by the name it gives itself (its address if it says none),
+    to its own URL: a client opened on that URL alone reads from that node (`System.node_reads`)."""
+    urls = [u for u in bootstrap.split(",") if u]
+    return {server_name(u) or urlsplit(u).netloc or u: u for u in urls}
+
+
 class NodeReadError(Exception):
     """A read from one node that the node did not answer itself."""
 
@@ -240,6 +248,17 @@ class _Loop:
             fut.cancel()
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Connection:
+    """An open client's connection, for an adapter that speaks another API over it (kv.py):
+    the loop handle its calls run on, the nats-py connection and its JetStream context.
+    It stays the client's: closing the client closes it."""
+
+    loop: _Loop
+    nc: Any
+    js: Any
+
+
 class JetStreamClient(QueueClient):
     """One NATS connection performing the queue workload's ops; see the module docstring."""
 
@@ -277,10 +296,12 @@ class JetStreamClient(QueueClient):
             raise
         self._js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT)
 
-    def node_bootstraps(self, bootstrap: str) -> dict[str, str]:
-        """Each server of `bootstrap` by the name it gives itself (its address if it says none)."""
-        urls = [u for u in bootstrap.split(",") if u]
-        return {server_name(u) or urlsplit(u).netloc or u: u for u in urls}
+    @property
+    def connection(self) -> Connection:
+        """This client's open connection, to share (see `Connection`)."""
+        if self._loop is None:
+            raise RuntimeError("the client is not open")
+        return Connection(loop=self._loop, nc=self._nc, js=self._js)
 
     def close(self) -> None:
         loop, nc, self._loop, self._nc, self._js = self._loop, self._nc, None, None, None

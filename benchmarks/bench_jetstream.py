@@ -23,7 +23,13 @@ Three measurements, each against its reference taken in the same run:
    event loop, a send being `js.publish` awaiting its PubAck, a poll reading each assigned
    stream from the task's position with the stream get-message API as the adapter does, a
    crash a new connection that knows no positions (the runner's new client reads from the
-   start). Alternating halves, `--rounds` rounds; the last round counts.
+   start). Both sides read one message per get-message request (the stream leader answers;
+   a batched direct get would let any replica answer, another meaning of a poll). A read
+   of a stream still electing its first leader gets no answer: both sides wait out the
+   API timeout (`STALL_S`), the raw poll then skipping that key while the harness's poll is
+   info and reads its keys again, and the figure counts such stalled polls on each side, as
+   they land on either half by chance and move the ratio. Alternating halves, `--rounds`
+   rounds; the last round counts.
 3. 5-node bring-up on the lab backend (network namespaces; root), the same steps for both
    systems through the seam: from nothing to the lab built and the nodes started, every
    node ready by its system's own test (JetStream: routed to every other server, a meta
@@ -57,7 +63,7 @@ from confluent_kafka import Producer
 
 from logquake.broker import LocalCluster
 from logquake.config import TestConfig, resolve_config
-from logquake.history import INFO, OK
+from logquake.history import INFO, OK, load_history
 from logquake.systems.base import NodeSpec
 from logquake.systems.jetstream.client import FIRST_SEQ, READ_BATCH, stream_name, subject
 from logquake.systems.jetstream.server import (
@@ -75,6 +81,7 @@ CLIENTS = "librdkafka (C) vs nats-py (pure Python)"
 PRODUCER = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000, "compression.type": "none",
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576}
 HARNESS_TARGET = 0.8  # harness ops/s over raw nats-py ops/s, at least
+STALL_S = 2.0  # both sides' JetStream API timeout: a read of a stream still electing its first leader waits it out
 UP_TARGET = 2.0  # JetStream's 5-node bring-up over the broker's, at most
 
 
@@ -277,10 +284,11 @@ async def _raw_read(js, k: int, seq: int) -> list[tuple[int, int]]:  # type: ign
     return got
 
 
-async def _raw_nats(cfg: TestConfig, urls: str, seconds: float) -> int:
-    """Ops completed in `seconds` by cfg.concurrency tasks making plain nats-py calls (after 2 s of warm-up)."""
+async def _raw_nats(cfg: TestConfig, urls: str, seconds: float) -> tuple[int, int]:
+    """Ops completed in `seconds` by cfg.concurrency tasks making plain nats-py calls (after
+    2 s of warm-up), and how many of its polls stalled on a read no stream answered."""
     gen = bench_harness._fresh_generator(cfg)
-    done, over = [0], asyncio.Event()
+    done, over, stalls = [0], asyncio.Event(), [0, 0]  # ops, and stalled polls, before and at the end
 
     async def worker(w: int) -> None:
         nc = await _connect(urls)
@@ -311,6 +319,8 @@ async def _raw_nats(cfg: TestConfig, urls: str, seconds: float) -> int:
                         polled: dict[str, list[list[Any]]] = {}
                         reads = await asyncio.gather(*(_raw_read(js, k, position.get(k, FIRST_SEQ)) for k in assigned),
                                                      return_exceptions=True)
+                        if any(isinstance(got, nats.errors.TimeoutError) for got in reads):
+                            stalls[1] += 1
                         for k, got in zip(assigned, reads, strict=True):
                             if isinstance(got, nats.errors.TimeoutError):
                                 continue  # a stream with no leader yet answers nothing: read it next time
@@ -328,27 +338,38 @@ async def _raw_nats(cfg: TestConfig, urls: str, seconds: float) -> int:
 
     tasks = [asyncio.create_task(worker(w)) for w in range(cfg.concurrency)]
     await asyncio.sleep(2.0)  # warm-up: connected, the first streams made
-    start = done[0]
+    start, stalls[0] = done[0], stalls[1]
     await asyncio.sleep(seconds)
-    n = done[0] - start
+    n, stalled = done[0] - start, stalls[1] - stalls[0]
     over.set()
     ended = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
     if failed := [e for e in ended if isinstance(e, BaseException)]:
         raise RuntimeError(f"{len(failed)} of {len(tasks)} raw workers failed, e.g. {failed[0]!r}") from failed[0]
-    return n
+    return n, stalled
+
+
+def _harness_stalls(path: Path, seconds: float) -> int:
+    """Polls of the harness that ended info on a read no stream answered in time, within the
+    measured window (the history's clock starts with the crew, 2 s of warm-up before it)."""
+    return sum(1 for op in load_history(path) if op.type == INFO and op.f == "poll" and 2e9 <= op.time <= (2 + seconds) * 1e9
+               and "timeout" in str(op.get("error") or ""))
 
 
 def harness_vs_raw(urls: str, tmp: Path, *, workers: int, seconds: float, rounds: int) -> dict:
     """ops/s of raw nats-py calls and of the harness, the last of `rounds` alternating rounds."""
     cfg = harness_config(workers)
     raw = harness = 0.0
+    raw_stalls = harness_stalls = 0
     for r in range(rounds):
-        raw = asyncio.run(_raw_nats(cfg, urls, seconds)) / seconds
+        n_raw, raw_stalls = asyncio.run(_raw_nats(cfg, urls, seconds))
+        raw = n_raw / seconds
         n, path, cpu, _ = bench_harness._harness(cfg, urls, seconds, tmp, lambda: make_client(cfg), [])
-        harness = n / seconds
-        print(f"round {r + 1}: raw nats-py {raw:8.1f} ops/s   harness {harness:8.1f} ops/s")
+        harness, harness_stalls = n / seconds, _harness_stalls(path, seconds)
+        print(f"round {r + 1}: raw nats-py {raw:8.1f} ops/s   harness {harness:8.1f} ops/s   polls stalled "
+              f"{STALL_S:.0f} s on a stream with no leader yet: raw {raw_stalls}, harness {harness_stalls}")
     bench_harness._print_breakdown(path, n, cpu, workers, seconds)
-    return {"raw": raw, "harness": harness, "workers": workers}
+    return {"raw": raw, "harness": harness, "workers": workers, "raw_stalls": raw_stalls,
+            "harness_stalls": harness_stalls}
 
 
 # --- 5-node bring-up -----------------------------------------------------------------------------
@@ -438,7 +459,9 @@ def rows_for(results: dict[str, Any]) -> list[dict]:
     if h := results.get("harness"):
         ratio = h["harness"] / h["raw"] if h["raw"] else None
         out.append(row(f"harness ops/s against JetStream, {h['workers']} workers, 3 nodes, full history",
-                       round(h["harness"], 1), "ops/s", reference=f"raw nats-py calls {h['raw']:,.1f} ops/s",
+                       round(h["harness"], 1), "ops/s", reference=f"raw nats-py calls {h['raw']:,.1f} ops/s" + (
+                           f"; polls stalled {STALL_S:.0f} s on a new stream: harness {h['harness_stalls']}, "
+                           f"raw {h['raw_stalls']}" if "raw_stalls" in h else ""),
                        ratio=ratio, target=f">= {HARNESS_TARGET}x raw",
                        met=None if ratio is None else ratio >= HARNESS_TARGET))
     if u := results.get("up"):

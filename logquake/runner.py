@@ -10,8 +10,9 @@
 5. heal      the scheduler stops and heals everything (also in `finally`)
 6. recovery  wait `recovery_time` s for leaders to settle
 7. drain     every worker assigns all keys from the beginning and polls up to the highest
-             known offset of every key, then, where the client can point a read at a node
-             (NodeReads), one more reader per node does the same there; at most `drain_time` s
+             known offset of every key, then, where the system's client can point a read at
+             a node (System.node_reads), one more reader per node does the same there; at
+             most `drain_time` s
 8. teardown  clients closed, node logs collected, nemesis torn down, cluster closed (`finally`)
 9. history   closed and fsynced: on disk before any analysis
 10. analyse  the workload's checker -> results.json, junit.xml, report.html
@@ -37,7 +38,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from logquake.config import TestConfig, save_config
 from logquake.crew import CALL_TIMEOUT, CLOSE_TIMEOUT, Crew, Pacer, Recorder, Stats, Worker
@@ -47,8 +48,7 @@ from logquake.guarantees import apply_guarantee
 from logquake.history import HistoryWriter, Op, load_history
 from logquake.results import store
 from logquake.systems import Kill, NodeLifecycle, NodeNeeds
-from logquake.systems.base import NodeReads
-from logquake.workloads import DRAIN, MAIN, Workload, get_workload
+from logquake.workloads import DRAIN, MAIN, FinalReads, Workload, get_workload
 from logquake.workloads.client import Client
 from logquake.workloads.registry import describe
 
@@ -290,8 +290,9 @@ def _run_phases(
             if stop.is_set():
                 return None
             down = _brokers_down(cluster)
+            final = cast(FinalReads, crew.gen) if workload.final_read else None
             with dumps.bound("drain", cfg.drain_time + CALL_TIMEOUT + BOUND_SLACK):
-                drain = _drain_phase(cfg, crew, stats, stop)
+                drain = _drain_phase(cfg, crew, final, stats, stop)
             down.update(_brokers_down(cluster))
             if down:
                 log.error("brokers down after the heal: %s", down)
@@ -351,8 +352,10 @@ def _heal(scheduler: Any, stats: Stats) -> None:
         scheduler.stop_and_heal()
 
 
-def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Event) -> dict[str, Any] | None:
-    """Phase 7, at most drain_time s plus one call's timeout; which workers read everything."""
+def _drain_phase(cfg: TestConfig, crew: Crew, final: FinalReads | None, stats: Stats,
+                 stop: threading.Event) -> dict[str, Any] | None:
+    """Phase 7, at most drain_time s plus one call's timeout; which workers read everything
+    (None where the workload has no final read: `final`, its generator, is None then)."""
     stats.enter(DRAIN)
     over = threading.Event()
     # Fresh clients: the drain asks what the log holds, not what a client that lived
@@ -365,36 +368,39 @@ def _drain_phase(cfg: TestConfig, crew: Crew, stats: Stats, stop: threading.Even
         stop.wait(0.2)
     over.set()
     crew.join(CALL_TIMEOUT + 5)
-    drained = getattr(crew.gen, "drained", None)  # the queue generator's; other workloads say nothing
-    if drained is None:
+    if final is None:
         return None
     with crew.gen_lock:
-        short = [w.index for w in crew.workers if not drained(w.index)]
+        short = {w.index: final.short_keys(w.index) for w in crew.workers if not final.drained(w.index)}
     if short:
-        log.warning("drain: workers %s did not read every key to the end of its log within %.0f s",
-                    short, cfg.drain_time)
+        keys = sorted(set.intersection(*(set(ks) for ks in short.values()))) if len(short) == len(crew.workers) else []
+        log.warning("drain: workers %s did not read every key to the end of its log within %.0f s%s",
+                    sorted(short), cfg.drain_time, f" (no worker read key(s) {_listed(keys)})" if keys else "")
     # Each worker makes a final read of every key from the beginning to the end the system
     # reported (ops marked final): one that got through read everything.
-    out: dict[str, Any] = {"complete": len(short) < len(crew.workers), "workers_short": short}
-    if not stop.is_set() and (nodes := _read_every_node(cfg, crew, stop, deadline)) is not None:
+    out: dict[str, Any] = {"complete": len(short) < len(crew.workers), "workers_short": sorted(short)}
+    if not stop.is_set() and (nodes := _read_every_node(cfg, crew, final, stop, deadline)) is not None:
         out["node_reads"] = nodes
     return out
 
 
-def _read_every_node(cfg: TestConfig, crew: Crew, stop: threading.Event, deadline: float) -> dict[str, bool] | None:
+def _listed(keys: list[int], cap: int = 16) -> str:
+    return ", ".join(map(str, keys[:cap])) + (" ..." if len(keys) > cap else "")
+
+
+def _read_every_node(cfg: TestConfig, crew: Crew, final: FinalReads, stop: threading.Event,
+                     deadline: float) -> dict[str, bool] | None:
     """The drain's final read once more from each node alone, until `deadline`: node -> did
-    its reader reach every key's end there. None where the client cannot point a read at a
-    node (NodeReads) or the generator has no final read.
+    its reader reach every key's end there. None where the system's client cannot point a
+    read at a node (its record's `node_reads` is None).
 
     Each node gets one worker of its own crew (its bootstrap reaches that node alone), with
     processes above every process of the run so far, distinct from each other's successors.
     """
-    read_from = getattr(crew.gen, "read_from", None)
-    drained = getattr(crew.gen, "drained", None)
-    probe = crew.make()
-    if read_from is None or drained is None or not isinstance(probe, NodeReads):
-        return None
-    nodes = probe.node_bootstraps(crew.bootstrap)
+    from logquake.cluster.backends import system_for
+
+    node_reads = system_for(cfg).node_reads
+    nodes = node_reads(crew.bootstrap) if node_reads is not None else {}
     if not nodes:
         return None
     first = max(w.process for w in crew.workers) + 1
@@ -406,7 +412,7 @@ def _read_every_node(cfg: TestConfig, crew: Crew, stop: threading.Event, deadlin
         w = Worker(cfg.concurrency + i, first + i, reader)
         reader.workers = [w]
         with crew.gen_lock:
-            read_from(w.index, node)
+            final.read_from(w.index, node)
         readers.append((node, reader, w))
     over = threading.Event()
     try:
@@ -422,7 +428,7 @@ def _read_every_node(cfg: TestConfig, crew: Crew, stop: threading.Event, deadlin
         for _, reader, _ in readers:
             reader.close(CLOSE_TIMEOUT / 2)
     with crew.gen_lock:
-        done = {node: bool(drained(reader.workers[0].index)) for node, reader, _ in readers}
+        done = {node: final.drained(reader.workers[0].index) for node, reader, _ in readers}
     if short := sorted(n for n, ok in done.items() if not ok):
         log.warning("drain: the final read from node(s) %s did not reach every key's end there", ", ".join(short))
     return done

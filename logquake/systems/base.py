@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from logquake.cluster.host import Host
     from logquake.config import TestConfig
 
-__all__ = ["FEATURES", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeReads", "NodeSetup", "NodeSpec",
+__all__ = ["FEATURES", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeSetup", "NodeSpec",
            "Pause", "System", "get_system", "port_open"]
 
 FEATURES = frozenset({"transactions", "consumer-groups", "dedup", "kv"})
@@ -143,26 +143,6 @@ class Pause(Protocol):
         ...
 
 
-@runtime_checkable
-class NodeReads(Protocol):
-    """A client that can read what one node holds: the drain's final read from every node.
-
-    The drain reads every key once more through a client opened on each node's own bootstrap,
-    its final ops marked with the node (README.md's History format), so a node that lacks
-    acknowledged values shows up by name instead of being averaged away. A client offering
-    this reports only what that node answered itself: where it cannot be sure which node
-    answered, the read does not complete (unknown for that node), never another node's answer.
-
-    The Kafka adapters offer none: a Kafka fetch is served by the partition's leader whichever
-    broker the client reaches (follower fetching needs rack-aware brokers this harness does
-    not configure), so a read cannot be pointed at a node.
-    """
-
-    def node_bootstraps(self, bootstrap: str) -> dict[str, str]:
-        """Each node of the cluster `bootstrap` reaches, by name, to the bootstrap reaching it alone."""
-        ...
-
-
 @dataclass(frozen=True, kw_only=True)
 class System:
     """A system under test: what it offers, how its nodes are made, what ready means.
@@ -192,6 +172,15 @@ class System:
     for how long (seconds) it remembers one. A restarted idempotent producer then resends its
     unsure sends (workloads/generator.py), and the checker tells duplicates a retry made within
     the window (bad) from those made after it (outside the promise).
+    `node_reads`: where the system's client can point a read at one node, the map from a
+    bootstrap to each node it reaches, by name, and the bootstrap reaching that node alone;
+    None where it cannot. The drain then makes its final read once more from each node
+    (README.md's History format), so a node lacking acknowledged values shows up by name
+    instead of being averaged away. A client opened on such a bootstrap reports only what
+    that node answered itself: where it cannot be sure which node answered, the read does
+    not complete (unknown for that node), never another node's answer. Kafka's is None: a
+    fetch is served by the partition's leader whichever broker the client reaches (follower
+    fetching needs rack-aware brokers this harness does not configure).
     """
 
     name: str
@@ -215,6 +204,7 @@ class System:
     check_config: Callable[[TestConfig], None] = lambda cfg: None
     describe: Callable[[TestConfig], dict[str, Any]] = lambda cfg: {}
     data_files: tuple[str, ...] = ()
+    node_reads: Callable[[str], dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         unknown = self.features - FEATURES

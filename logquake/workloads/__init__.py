@@ -9,7 +9,7 @@ Which workload a test runs, and how it is checked and described, is its `Workloa
 from logquake.workloads.client import Client, KeyMap, Validated, WithTimeout, complete, seek_back
 from logquake.workloads.generator import DRAIN, MAIN, Context, QueueGenerator, micro_f
 from logquake.workloads.queue import make_client, make_generator, producer_settings
-from logquake.workloads.registry import WORKLOADS, Generator, Workload, get_workload
+from logquake.workloads.registry import WORKLOADS, FinalReads, Generator, Workload, get_workload
 
 __all__ = [
     "DRAIN",
@@ -17,6 +17,7 @@ __all__ = [
     "WORKLOADS",
     "Client",
     "Context",
+    "FinalReads",
     "Generator",
     "KeyMap",
     "QueueGenerator",

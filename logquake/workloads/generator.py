@@ -257,23 +257,31 @@ class QueueGenerator:
         return any(end is not None and end <= self.highest.get(k, -1) for k, end in st.ends.items())
 
     def drained(self, worker: int) -> bool:
-        """Has this worker's final read reached the end of every key's log?
+        """Has this worker's final read reached the end of every key's log?"""
+        return self._worker(worker).drain_assigned and not self.short_keys(worker)
+
+    def short_keys(self, worker: int) -> list[int]:
+        """The keys whose end of the log this worker's final read has not reached (all
+        known keys before its final assign). A key is judged alone: one whose stream does
+        not answer leaves the others' reads complete.
 
         The end is what the system reported at the final assign; where it reported none,
         the highest offset known for the key stands in (a log that lost its tail then never
         gets there, and the drain runs out of time).
         """
         st = self._worker(worker)
+        keys = set(self.highest) | set(st.ends)
         if not st.drain_assigned:
-            return False
-        for k in set(self.highest) | set(st.ends):
+            return sorted(keys)
+        short = []
+        for k in sorted(keys):
             end = st.ends.get(k)
             if end is None:
                 if st.read_up_to.get(k, -1) < self.highest.get(k, -1):
-                    return False
+                    short.append(k)
             elif max(st.positions.get(k, 0), st.read_up_to.get(k, -1) + 1) < end:
-                return False
-        return True
+                short.append(k)
+        return short
 
     # -- completions ------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from logquake.errors import ConfigError
 from logquake.guarantees import allowed_types, get_guarantee
@@ -42,6 +42,22 @@ class Generator(Protocol):
 
     def fresh_client(self, worker: int) -> None:
         """The worker's client was replaced: whatever it had assigned or subscribed is gone."""
+
+
+@runtime_checkable
+class FinalReads(Protocol):
+    """A generator whose drain makes the final read (workloads/generator.py's queue), which a
+    `Workload` declares with `final_read`: the runner asks it what the drain reached and
+    points readers at single nodes through it."""
+
+    def short_keys(self, worker: int) -> list[int]:
+        """The keys whose end of the log the worker's final read has not reached."""
+
+    def drained(self, worker: int) -> bool:
+        """Has the worker made its final assign and read every key to its end?"""
+
+    def read_from(self, worker: int, node: str) -> None:
+        """Mark every final op of the worker as reading from `node` alone."""
 
 
 #: (cfg, bootstrap, record, during): run the whole workload, recording every op through
@@ -70,6 +86,9 @@ class Workload:
             or how it is judged (a matrix then has no guarantees to vary for it).
         banner: cfg -> what a run prints before it starts in place of the guarantee's
             settings; exactly when no guarantee applies.
+        final_read: its generator's drain makes the final read (a `FinalReads`): the
+            runner reports which workers and keys it completed, and makes it once more
+            from each node where the system can point a read at one (`System.node_reads`).
     """
 
     name: str
@@ -84,6 +103,7 @@ class Workload:
     offset_commit: str | None = None
     guarantee_applies: bool = True
     banner: Callable[[TestConfig], str] | None = None
+    final_read: bool = False
 
     def __post_init__(self) -> None:
         if (self.drive is None) == (self.make_generator is None or self.make_client is None):
@@ -254,7 +274,8 @@ WORKLOADS: dict[str, Workload] = {
     for w in (
         Workload(name="queue", summary="sends, polls and transactions on keyed partitions (Jepsen's Kafka test)",
                  clients=("confluent", "kafka-python", "nats-py"), check=_queue_check, allowed=_queue_allowed,
-                 client_configs=_queue_configs, make_generator=_queue_generator, make_client=_queue_client),
+                 client_configs=_queue_configs, make_generator=_queue_generator, make_client=_queue_client,
+                 final_read=True),
         Workload(name="pipeline", summary="consume-transform-produce: how often each input reaches the output",
                  clients=("confluent", "nats-py"), check=_pipeline_check, allowed=_pipeline_allowed,
                  client_configs=_pipeline_configs, drive=_pipeline_drive),

@@ -190,3 +190,36 @@ def test_unacknowledged_writes_are_not_lost():
     final_assign(h, 5, [0], {0: 1})
     final_poll(h, 5, {0: [(0, 1)]}, {0: 1})
     assert check_history(h.ops, CheckOptions())["valid"] is True
+
+
+def test_a_key_left_unread_by_the_final_poll_is_unknown_alone():
+    # Key 1's stream did not answer the final poll (no leader): it is unread, key 0 complete.
+    h = H()
+    for off, v in enumerate((1, 2, 3)):
+        h.send(0, 0, v, off)
+        h.send(0, 1, v, off)
+    h.poll(1, {0: [(0, 1), (1, 2), (2, 3)], 1: [(0, 1), (1, 2), (2, 3)]})
+    final_assign(h, 5, [0, 1], {0: 3, 1: None})
+    h._add(process=5, type="invoke", f="poll", value=[["poll"]], extra={"final": True})
+    h._add(process=5, type="ok", f="poll", value=[["poll", {"0": [[0, 1], [1, 2], [2, 3]]}]],
+           extra={"final": True, "positions": {"0": 3}, "unread": {"1": "TimeoutError: nats: timeout"}})
+    r = check_history(h.ops, CheckOptions())
+    assert r["valid"] == "unknown", r
+    assert r["final_read"]["incomplete_keys"] == [1] and r["final_read"]["complete_keys"] == 1
+    assert r["unknown_because"].startswith("the final read of key(s) 1 did not reach the end of the log")
+
+
+def test_a_value_lost_from_a_key_that_answered_is_lost_though_another_key_is_unread():
+    h = H()
+    for off, v in enumerate((1, 2, 3)):
+        h.send(0, 0, v, off)
+        h.send(0, 1, v, off)
+    h.poll(1, {0: [(0, 1), (1, 2), (2, 3)], 1: [(0, 1), (1, 2), (2, 3)]})
+    final_assign(h, 5, [0, 1], {0: 2, 1: None})  # key 0's log lost its tail
+    h._add(process=5, type="invoke", f="poll", value=[["poll"]], extra={"final": True})
+    h._add(process=5, type="ok", f="poll", value=[["poll", {"0": [[0, 1], [1, 2]]}]],
+           extra={"final": True, "positions": {"0": 2}, "unread": {"1": "TimeoutError: nats: timeout"}})
+    r = check_history(h.ops, CheckOptions())
+    assert r["valid"] is False and r["bad_error_types"] == ["lost"], r
+    assert [(e["key"], e["value"]) for e in r["anomalies"]["lost"]["errs"]] == [(0, 3)]
+    assert r["final_read"]["incomplete_keys"] == [1]

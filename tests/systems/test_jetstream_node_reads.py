@@ -1,4 +1,4 @@
-"""The final read from one node (NodeReads) against real nats-server processes: what a
+"""The final read from one node (System.node_reads) against real nats-server processes: what a
 client connected to one node returns is that node's own store, checked by message tracing.
 
 Start servers: run under the heavy lock.
@@ -12,8 +12,7 @@ import nats.errors
 import pytest
 
 from logquake.history import INFO, INVOKE, OK, Op
-from logquake.systems.base import NodeReads
-from logquake.systems.jetstream.client import JetStreamClient
+from logquake.systems.jetstream.client import JetStreamClient, node_bootstraps
 from logquake.workloads.client import Validated
 
 from .jskit import local_lifecycle, running, wait_ready
@@ -73,9 +72,7 @@ def _node_read(url: str, node: str, k: int) -> tuple[Op, list[list[int]], Op]:
 
 
 def test_the_client_names_every_node_and_reads_each_ones_store(cluster):
-    probe = JetStreamClient(replicas=3)
-    assert isinstance(probe, NodeReads)
-    nodes = probe.node_bootstraps(cluster.bootstrap())
+    nodes = node_bootstraps(cluster.bootstrap())
     assert sorted(nodes) == ["n1", "n2", "n3"]  # the names the servers give themselves
     _send_all(cluster, 40, range(1, 151))  # more than one batch
     for node, url in nodes.items():
@@ -87,7 +84,7 @@ def test_the_client_names_every_node_and_reads_each_ones_store(cluster):
 
 def test_a_read_meant_for_another_node_is_info_never_that_nodes_answer(cluster):
     _send_all(cluster, 41, [1])
-    nodes = JetStreamClient(replicas=3).node_bootstraps(cluster.bootstrap())
+    nodes = node_bootstraps(cluster.bootstrap())
     c = _open(nodes["n1"])
     try:
         assign = c.invoke(_op("assign", [41], seek_to_beginning=True, final=True, node="n2"))
@@ -101,7 +98,7 @@ def test_a_read_meant_for_another_node_is_info_never_that_nodes_answer(cluster):
 def test_a_stream_without_a_replica_on_the_node_is_not_held_there(tmp_path):
     with running(local_lifecycle(tmp_path)) as lc:
         _send_all(lc, 42, [1], replicas=1)  # one replica: two nodes hold nothing of it
-        nodes = JetStreamClient(replicas=1).node_bootstraps(lc.bootstrap())
+        nodes = node_bootstraps(lc.bootstrap())
         held = {}
         for node, url in nodes.items():
             assign, read, _ = _node_read(url, node, 42)

@@ -253,3 +253,18 @@ def test_a_worker_set_to_read_from_a_node_marks_every_final_op_with_it():
     assert (assign.f, assign.get("final"), assign.get("node")) == ("assign", True, "n2")
     other = g.op(Context(worker=0, process=0, phase=DRAIN))
     assert (other.f, other.get("final"), other.get("node")) == ("assign", True, None)  # others read as before
+
+
+def test_a_key_whose_stream_did_not_answer_is_the_only_one_short():
+    gen, ctx, keys = _draining()
+    dead, rest = keys[0], keys[1:]
+    ends = {str(k): gen.highest.get(k, -1) + 1 for k in keys}
+    _final(gen, ctx, "assign", keys, ends=ends)
+    assert gen.short_keys(0) == sorted(keys)
+    # The final poll is ok with what the answering streams returned; the dead one is unread.
+    _final(gen, ctx, "poll", [["poll", {}]], positions={str(k): ends[str(k)] for k in rest},
+           unread={str(dead): "TimeoutError: nats: timeout"})
+    assert gen.short_keys(0) == [dead] and not gen.drained(0)
+    assert gen.op(ctx).f == "poll"  # it goes on reading the dead key, keeping the rest
+    _final(gen, ctx, "poll", [["poll", {}]], positions={str(dead): ends[str(dead)]})
+    assert gen.short_keys(0) == [] and gen.drained(0)

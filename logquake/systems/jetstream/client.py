@@ -38,8 +38,12 @@ How the queue's words map onto JetStream:
   stream's end is its first sequence, a stream the server does not know ends at
   `FIRST_SEQ` (nothing was stored), and a key whose leader did not answer in time gets
   None. Each final poll records this client's position per key (`positions`), which
-  passes gaps in the sequence that no read returns.
-- the final read from every node (`NodeReads`, the drain's ops marked `node`): a client
+  passes gaps in the sequence that no read returns. The final read is per key, as the
+  checker judges it: a final poll in which some streams answered and others did not (no
+  leader, say) is ok with what the answering ones returned, and names the others with
+  their error as `unread` (no position recorded for them); only a final poll that no
+  stream answered is info.
+- the final read from every node (`System.node_reads`, the drain's ops marked `node`): a client
   connected to that node alone reads with direct gets (`$JS.API.DIRECT.GET.<stream>`,
   answered from a replica's own store), its final assign recording as `ends` the node's
   own end of each log (its last message on the key's subject + 1) and as `not_held` the
@@ -74,6 +78,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -107,11 +112,12 @@ GROUP = "lq-group"  # the durable consumer subscribers share
 ACK_WAIT_S = 5.0  # a subscriber's unacked message is delivered again after this
 READ_BATCH = 100  # messages a poll reads per key at most
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
-ENDS_TIMEOUT = 5.0  # a final assign asks every key's end of the log within this, all in all
+ENDS_TIMEOUT = 5.0  # a final assign asks each key's end of the log within this
 RETRY_BACKOFF = 0.1
 NODE_ATTEMPTS = 40  # direct gets per read until the node asked answers one itself
 ATTEMPT_TIMEOUT = 1.0  # one direct get waits this long for its answer and the node's trace event
 NODE_READ_TIMEOUT = 8.0  # all attempts of one read from a node, within an op's 10 s
+NODE_ENDS_TIMEOUT = NODE_READ_TIMEOUT + 2.0  # one key's end on a node: its stream's info, then the node's read
 NODE_READ_VERSION = (2, 11)  # message tracing and batched direct gets
 TRACE_DEST = "Nats-Trace-Dest"
 # Kinds of connection a trace event's egress names: a route, a gateway, a leafnode (the
@@ -167,6 +173,13 @@ def msg_id(k: int, v: Any) -> str:
 def direct_get(k: int) -> str:
     """The subject every replica of key k's stream answers direct gets on."""
     return f"$JS.API.DIRECT.GET.{stream_name(k)}"
+
+
+def node_bootstraps(bootstrap: str) -> dict[str, str]:
+    """Each server of `bootstrap` by the name it gives itself (its address if it says none),
+    to its own URL: a client opened on that URL alone reads from that node (`System.node_reads`)."""
+    urls = [u for u in bootstrap.split(",") if u]
+    return {server_name(u) or urlsplit(u).netloc or u: u for u in urls}
 
 
 class NodeReadError(Exception):
@@ -241,6 +254,17 @@ class _Loop:
             fut.cancel()
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Connection:
+    """An open client's connection, for an adapter that speaks another API over it (kv.py):
+    the loop handle its calls run on, the nats-py connection and its JetStream context.
+    It stays the client's: closing the client closes it."""
+
+    loop: _Loop
+    nc: Any
+    js: Any
+
+
 class JetStreamClient(QueueClient):
     """One NATS connection performing the queue workload's ops; see the module docstring."""
 
@@ -278,10 +302,12 @@ class JetStreamClient(QueueClient):
             raise
         self._js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT)
 
-    def node_bootstraps(self, bootstrap: str) -> dict[str, str]:
-        """Each server of `bootstrap` by the name it gives itself (its address if it says none)."""
-        urls = [u for u in bootstrap.split(",") if u]
-        return {server_name(u) or urlsplit(u).netloc or u: u for u in urls}
+    @property
+    def connection(self) -> Connection:
+        """This client's open connection, to share (see `Connection`)."""
+        if self._loop is None:
+            raise RuntimeError("the client is not open")
+        return Connection(loop=self._loop, nc=self._nc, js=self._js)
 
     def close(self) -> None:
         loop, nc, self._loop, self._nc, self._js = self._loop, self._nc, None, None, None
@@ -328,7 +354,7 @@ class JetStreamClient(QueueClient):
                 if self._node is None:
                     ends.update(self._loop.run(self._ends(keys), timeout=ENDS_TIMEOUT + 1.0))
                 else:
-                    ends.update(self._loop.run(self._node_ends(keys, self._node), timeout=NODE_READ_TIMEOUT + 2.0))
+                    ends.update(self._loop.run(self._node_ends(keys, self._node), timeout=NODE_ENDS_TIMEOUT + 1.0))
             except TimeoutError as e:
                 log.info("ends: %s", e)
             done.extra["ends"] = ends
@@ -340,8 +366,9 @@ class JetStreamClient(QueueClient):
         """Each key's end of the log (see the module docstring); None where unknown."""
 
         async def end(k: int) -> int | None:
+            # Each key within its own bound: a stream with no leader leaves only its own end unknown.
             try:
-                info = await self._js.stream_info(stream_name(k))
+                info = await asyncio.wait_for(self._js.stream_info(stream_name(k)), ENDS_TIMEOUT)
             except nats.js.errors.NotFoundError:
                 return FIRST_SEQ
             except Exception as e:  # noqa: BLE001 - an unanswered end stays unknown
@@ -349,7 +376,7 @@ class JetStreamClient(QueueClient):
                 return None
             return max(FIRST_SEQ, info.state.last_seq + 1)
 
-        got = await asyncio.wait_for(asyncio.gather(*(end(k) for k in keys)), ENDS_TIMEOUT)
+        got = await asyncio.gather(*(end(k) for k in keys))
         return {str(k): e for k, e in zip(keys, got, strict=True)}
 
     async def _node_ends(self, keys: list[int], node: str) -> dict[str, int | None]:
@@ -380,7 +407,7 @@ class JetStreamClient(QueueClient):
 
         async def guarded(k: int) -> int | None:
             try:
-                return await end(k)
+                return await asyncio.wait_for(end(k), NODE_ENDS_TIMEOUT)
             except Exception as e:  # noqa: BLE001 - an end the node did not give stays unknown
                 log.info("end of %s on %s: %s", stream_name(k), node, _err_text(e))
                 return None
@@ -492,6 +519,7 @@ class JetStreamClient(QueueClient):
         dup = False  # a PubAck said the server already held the message's Msg-Id
         value = [list(m) for m in op.value]
         acks: list[Any] = []  # subscribe: messages to ack once the op is ok
+        unread: dict[int, BaseException] = {}  # assign: keys whose read the server did not answer
         for i, m in enumerate(value):
             if m[0] == "send":
                 _, k, v = m
@@ -503,8 +531,10 @@ class JetStreamClient(QueueClient):
             else:
                 polled: dict[str, list[list[Any]]] = {}
                 value[i] = ["poll", polled]
-                err = await (self._fetch(polled, acks) if self.subscribed else self._read(polled))
-                if err is not None:
+                err = await (self._fetch(polled, acks) if self.subscribed else self._read(polled, unread))
+                # A final read is judged per key: what the streams that answered returned
+                # counts even where another stream did not answer (the poll says which).
+                if err is not None and not (op.get("final") and 0 < len(unread) < len(self.assigned)):
                     self._seek_back(value)
                     return complete(op, INFO, value, error=_err_text(err))
         for msg in acks:
@@ -514,7 +544,10 @@ class JetStreamClient(QueueClient):
                 log.info("ack: %s", _err_text(e))
         done = _with_attempts(complete(op, OK, value), sent, dup)
         if op.get("final") and not self.subscribed:
-            done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned}
+            done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned
+                                       if k not in unread}
+            if unread:
+                done.extra["unread"] = {str(k): _err_text(e) for k, e in sorted(unread.items())}
         return done
 
     async def _publish(self, k: int, v: Any, sent: _Attempts) -> api.PubAck | tuple[str, str]:
@@ -636,23 +669,24 @@ class JetStreamClient(QueueClient):
         except Exception as e:  # noqa: BLE001 - creating or updating a stream stores no message
             log.info("stream %s with atomic publish: %s", stream_name(k), _err_text(e))
 
-    async def _read(self, polled: dict[str, list[list[Any]]]) -> BaseException | None:
-        """assign: read every assigned stream onwards from this client's position."""
-        results = await asyncio.gather(*(self._read_key(k) for k in self.assigned), return_exceptions=True)
-        err = None
+    async def _read(self, polled: dict[str, list[list[Any]]], unread: dict[int, BaseException]) -> BaseException | None:
+        """assign: read every assigned stream onwards from this client's position; a key
+        whose read failed goes to `unread` with what ended it, keeping what it read before."""
+        got: dict[int, list[tuple[int, int]]] = {k: [] for k in self.assigned}
+        results = await asyncio.gather(*(self._read_key(k, got[k]) for k in self.assigned), return_exceptions=True)
         for k, res in zip(self.assigned, results, strict=True):
-            if isinstance(res, BaseException):
-                err = err or res
-                continue
-            for seq, v in res:
+            for seq, v in got[k]:
                 add_polled(polled, k, seq, v)
                 self.position[k] = seq + 1
-        return err
+            if isinstance(res, BaseException):
+                unread[k] = res
+        return next(iter(unread.values()), None)
 
-    async def _read_key(self, k: int) -> list[tuple[int, int]]:
+    async def _read_key(self, k: int, got: list[tuple[int, int]]) -> None:
+        """Append to `got` key k's messages from this client's position on, in order."""
         if self._node is not None:
-            return await self._read_key_on(k, self._node)
-        got: list[tuple[int, int]] = []
+            got.extend(await self._read_key_on(k, self._node))
+            return
         seq = self.position.get(k, FIRST_SEQ)
         while len(got) < READ_BATCH:
             try:
@@ -661,7 +695,6 @@ class JetStreamClient(QueueClient):
                 break  # no message at or after seq (or no stream yet): read up to the end
             got.append((msg.seq, int(msg.data)))
             seq = msg.seq + 1
-        return got
 
     async def _read_key_on(self, k: int, node: str) -> list[tuple[int, int]]:
         """The messages `node` itself holds at or after this client's position (one batch)."""

@@ -101,11 +101,12 @@ class KVClient:
         """Connect as the queue client does (its loop thread, reconnecting on its own)."""
         self._conn = JetStreamClient(replicas=self.replicas, op_timeout=self.op_timeout)
         self._conn.open(bootstrap_servers)
-        self._loop, self._nc = self._conn._loop, self._conn._nc
+        shared = self._conn.connection
+        self._loop, self._nc = shared.loop, shared.nc
         # A handle names the bucket and says how it reads; it asks the server nothing, so a
         # client opened during a fault still opens. The bucket is made on the first op.
         self._kv = KeyValue(name=self.bucket, stream=KV_STREAM_TEMPLATE.format(bucket=self.bucket),
-                            pre=KV_PRE_TEMPLATE.format(bucket=self.bucket), js=self._conn._js,
+                            pre=KV_PRE_TEMPLATE.format(bucket=self.bucket), js=shared.js,
                             direct=self.reads == DIRECT)
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ from logquake.errors import ConfigError
 from logquake.guarantees import GUARANTEES
 from logquake.systems.base import NodeSetup, NodeSpec, System
 from logquake.systems.jetstream import batch
+from logquake.systems.jetstream.client import node_bootstraps
 from logquake.systems.jetstream.server import (
     CLIENT_PORT,
     CLUSTER_PORT,
@@ -145,4 +146,5 @@ JETSTREAM = System(
     check_config=_check_config,
     describe=_describe,
     data_files=DATA_FILES,
+    node_reads=node_bootstraps,
 )

@@ -1,0 +1,105 @@
+"""The final read is per key, against real nats-server processes: a stream that cannot
+answer (its one replica's server killed) leaves only its own key unread, and the keys whose
+streams answered read to their end.
+
+Start servers: run under the heavy lock.
+"""
+
+from __future__ import annotations
+
+import time
+
+from logquake.checker import CheckOptions, check_history
+from logquake.history import INFO, INVOKE, OK, Op
+from logquake.systems.jetstream.client import JetStreamClient, stream_name
+from logquake.workloads.client import Validated
+
+from .jskit import local_lifecycle, running, stream_leader
+
+SETTLE_DEADLINE = 60.0  # generous: a loaded 2-core machine elects leaders slowly
+DEAD, ALIVE = 1, 2  # key DEAD's stream has one replica, on the server killed; ALIVE's three
+
+
+def _op(f, value, **extra) -> Op:
+    return Op(process=0, type=INVOKE, f=f, value=value, extra=extra)
+
+
+def _client(url: str, replicas: int = 3) -> Validated:
+    c = Validated(JetStreamClient(replicas=replicas, op_timeout=4.0, producer={"idempotence": True}))
+    c.open(url)
+    return c
+
+
+class _History(list):
+    """Each op invoked through `run`, its invocation and completion, as a run records them."""
+
+    def run(self, c: Validated, f: str, value, process: int, **extra) -> Op:
+        invoked = Op(index=len(self), time=len(self), process=process, type=INVOKE, f=f, value=value, extra=extra)
+        self.append(invoked)
+        done = c.invoke(invoked)
+        self.append(Op(index=len(self), time=len(self), process=process, type=done.type, f=f, value=done.value,
+                       extra=dict(done.extra)))
+        return done
+
+
+def _send(h: _History, url: str, k: int, values, replicas: int) -> list[Op]:
+    c = _client(url, replicas)
+    try:
+        return [h.run(c, "send", [["send", k, v]], process=0) for v in values]
+    finally:
+        c.close()
+
+
+def test_a_stream_with_no_server_left_leaves_only_its_key_unread(tmp_path):
+    with running(local_lifecycle(tmp_path)) as lc:
+        h = _History()
+        sends = _send(h, lc.bootstrap(), DEAD, (1, 2, 3), replicas=1) + _send(h, lc.bootstrap(), ALIVE, (1, 2, 3), 3)
+        assert [s.type for s in sends] == [OK] * 6, sends
+        reader = _client(lc.bootstrap())  # reads every value once, so none is unseen
+        try:
+            h.run(reader, "assign", [DEAD, ALIVE], process=2)
+            assert h.run(reader, "poll", [["poll"]], process=2).value[0][1] == {
+                str(k): [[1, 1], [2, 2], [3, 3]] for k in (DEAD, ALIVE)}
+        finally:
+            reader.close()
+        dead = stream_leader(lc, stream_name(DEAD))
+        lc.kill(dead)
+        c = _client(",".join(f"nats://{s.address}:{s.client_port}" for s in lc.specs if s.name != dead))
+        try:
+            # ALIVE's stream elects a leader among the two servers left (it may have been `dead`).
+            deadline = time.monotonic() + SETTLE_DEADLINE
+            while (assign := c.invoke(_op("assign", [DEAD, ALIVE], seek_to_beginning=True, final=True))
+                   ).get("ends") != {str(DEAD): None, str(ALIVE): 4}:
+                assert time.monotonic() < deadline, assign
+            h.run(c, "assign", [DEAD, ALIVE], process=1, seek_to_beginning=True, final=True)
+            poll = h.run(c, "poll", [["poll"]], process=1, final=True)
+            # What the answering stream returned, and which key went unanswered, with why.
+            assert poll.type == OK, poll
+            assert poll.value == [["poll", {str(ALIVE): [[1, 1], [2, 2], [3, 3]]}]]
+            assert poll.get("positions") == {str(ALIVE): 4}
+            assert list(poll.get("unread")) == [str(DEAD)] and poll.get("unread")[str(DEAD)], poll
+            # A poll of the main phase is not judged per key: it fails whole, as before.
+            c.invoke(_op("assign", [DEAD, ALIVE], seek_to_beginning=True))
+            assert (main := c.invoke(_op("poll", [["poll"]]))).type == INFO, main
+        finally:
+            c.close()
+        # The checker: ALIVE's final read is complete, DEAD's alone is unknown.
+        r = check_history(list(h), CheckOptions())
+        assert r["valid"] == "unknown" and r["final_read"]["incomplete_keys"] == [DEAD], r
+        assert r["unknown_because"].startswith(f"the final read of key(s) {DEAD} did not reach")
+        assert r["final_read"]["complete_keys"] == 1
+
+
+def test_a_final_poll_no_stream_answered_is_info(tmp_path):
+    with running(local_lifecycle(tmp_path)) as lc:
+        assert all(s.type == OK for s in _send(_History(), lc.bootstrap(), DEAD, (1,), replicas=1))
+        dead = stream_leader(lc, stream_name(DEAD))
+        lc.kill(dead)
+        c = _client(",".join(f"nats://{s.address}:{s.client_port}" for s in lc.specs if s.name != dead))
+        try:
+            assign = c.invoke(_op("assign", [DEAD], seek_to_beginning=True, final=True))
+            assert assign.type == OK and assign.get("ends") == {str(DEAD): None}, assign
+            poll = c.invoke(_op("poll", [["poll"]], final=True))
+            assert poll.type == INFO and "unread" not in poll.extra, poll
+        finally:
+            c.close()

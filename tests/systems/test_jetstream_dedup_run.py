@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.test_run import _run
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.slow]  # ~40 s; tests/systems/test_jetstream_dedup.py covers the server side
 
 
 def test_idempotent_publishes_under_leader_kills_store_every_value_once(tmp_path: Path) -> None:

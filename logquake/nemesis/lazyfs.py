@@ -131,10 +131,13 @@ class LazyCore:
             self.fsync(path)
 
     def rename(self, old: str, new: str) -> None:
+        """Rename a file or a directory; unsynced pages follow every file that moved, as a page
+        cache's do (a directory's files are keyed by path here, so each is moved by prefix)."""
         os.rename(self.real(old), self.real(new))
-        self.dirty.pop(new, None)
-        if old in self.dirty:
-            self.dirty[new] = self.dirty.pop(old)
+        for path in [p for p in self.dirty if p == new or p.startswith(new + "/")]:
+            del self.dirty[path]
+        for path in [p for p in self.dirty if p == old or p.startswith(old + "/")]:
+            self.dirty[new + path[len(old):]] = self.dirty.pop(path)
 
     def unlink(self, path: str) -> None:
         os.unlink(self.real(path))

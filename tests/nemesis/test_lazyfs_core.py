@@ -84,3 +84,20 @@ def test_every_read_is_what_a_page_cache_over_a_disk_would_give(tmp_path_factory
         assert (tmp / "f").read_bytes() == bytes(cached)
     finally:
         os.close(fd)
+
+
+def test_unsynced_writes_follow_their_file_when_its_directory_is_renamed(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f").write_bytes(b"")
+    core = LazyCore(str(tmp_path))
+    fd = os.open(core.real("/a/f"), os.O_RDWR)
+    try:
+        core.write("/a/f", fd, b"R" * 5000, 0)
+        core.rename("/a", "/b")
+        assert core.size("/b/f") == 5000
+        assert core.read("/b/f", fd, 5000, 0) == b"R" * 5000
+        core.fsync("/b/f")
+        assert (tmp_path / "b" / "f").read_bytes() == b"R" * 5000
+        assert core.dirty == {}
+    finally:
+        os.close(fd)

@@ -55,7 +55,14 @@ from nats.js import api
 
 from logquake.guarantees import Guarantee, get_guarantee
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
-from logquake.systems.jetstream.client import FIRST_SEQ, PUBLISH_TIMEOUT, RETRY_BACKOFF, _Loop, classify
+from logquake.systems.jetstream.client import (
+    FIRST_SEQ,
+    PUBLISH_TIMEOUT,
+    RETRY_BACKOFF,
+    _err_text,
+    _Loop,
+    classify,
+)
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.pipeline import History, PipelineAdapter
 
@@ -99,10 +106,6 @@ def result_msg_id(stream: str, seq: int) -> str:
     return f"{stream}:{seq}"
 
 
-def _err(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
-
-
 async def _connect(bootstrap: str) -> Any:
     """A connection to any server of `bootstrap`, reconnecting on its own (as client.py's)."""
     async def quiet(*_: Any) -> None:
@@ -125,7 +128,7 @@ async def publish(js: Any, subj: str, data: bytes, *, msg_id: str | None, retrie
             return await js.publish(subj, data, timeout=PUBLISH_TIMEOUT,
                                     headers={"Nats-Msg-Id": msg_id} if msg_id else None)
         except Exception as e:  # noqa: BLE001 - classified below
-            errors.append(_err(e))
+            errors.append(_err_text(e))
             if classify(e) == INFO:
                 verdict, maybe_stored = INFO, maybe_stored + 1
         if (retries is not None and maybe_stored > retries) or deadline - loop.time() < PUBLISH_TIMEOUT:
@@ -169,7 +172,7 @@ class JetStreamPipeline:
                         self._ready.add(k)
                     except Exception as e:  # noqa: BLE001 - the cluster may still be electing
                         if time.monotonic() > deadline:
-                            log.error("streams of key %d not made in %.0f s: %s", k, SETUP_TIMEOUT, _err(e))
+                            log.error("streams of key %d not made in %.0f s: %s", k, SETUP_TIMEOUT, _err_text(e))
                             break
                         time.sleep(0.5)
 
@@ -208,7 +211,7 @@ class JetStreamPipeline:
                 try:
                     got = loop.run(self._input(js, k, v), INPUT_TIMEOUT + CALL_SLACK)
                 except TimeoutError as e:
-                    got = (INFO, _err(e))
+                    got = (INFO, _err_text(e))
                 if isinstance(got, api.PubAck):
                     hist.record(proc, OK, "input", [["send", k, [got.seq, v]]])
                 else:
@@ -246,7 +249,7 @@ class JetStreamPipeline:
                     try:
                         ends[k] = self._call(self._end(k), PUBLISH_TIMEOUT)
                     except Exception as e:  # noqa: BLE001 - asked again until the deadline
-                        log.info("end of %s: %s", out_stream(k), _err(e))
+                        log.info("end of %s: %s", out_stream(k), _err_text(e))
             if len(ends) < keys:
                 time.sleep(0.5)
         # At least one final poll, the first carrying the ends; more until they are reached.
@@ -272,7 +275,7 @@ class JetStreamPipeline:
         try:
             got = self._call(self._read(keys), 10.0)
         except Exception as e:  # noqa: BLE001 - nothing read, as far as the history goes
-            hist.record(-2, INFO, "poll", [["poll"]], error=_err(e), **extra)
+            hist.record(-2, INFO, "poll", [["poll"]], error=_err_text(e), **extra)
             return set()
         polled: dict[str, list[Any]] = {}
         for k, msgs in got.items():
@@ -331,7 +334,7 @@ class Worker:
         try:
             msgs, errors = self._loop.run(self._fetch(), FETCH_S + CALL_SLACK)
         except Exception as e:  # noqa: BLE001 - a fetch that failed delivered nothing we know of
-            msgs, errors = [], [_err(e)]
+            msgs, errors = [], [_err_text(e)]
         if errors:
             log.info("worker %d: fetch: %s", self.index, "; ".join(sorted(set(errors))))
             if not msgs:
@@ -347,7 +350,7 @@ class Worker:
         errors: list[str] = []
         for k, res in enumerate(got):
             if isinstance(res, BaseException):
-                errors.append(f"{in_stream(k)}: {_err(res)}")
+                errors.append(f"{in_stream(k)}: {_err_text(res)}")
             else:
                 msgs += res
         return msgs, errors
@@ -367,7 +370,7 @@ class Worker:
         try:
             kind, why = self._loop.run(self._steps(msgs, value), OP_TIMEOUT + CALL_SLACK)
         except Exception as e:  # noqa: BLE001 - timed out on the loop: whatever happened, happened
-            kind, why = INFO, _err(e)
+            kind, why = INFO, _err_text(e)
         extra = {"error": why} if why else {}
         op = self.hist.record(self.process, kind, "process", _copy(value), **extra)
         if kind == INFO:
@@ -451,7 +454,7 @@ class Worker:
             else:
                 await m.ack()
         except Exception as e:  # noqa: BLE001 - the ack may or may not have reached the server
-            return f"acking {list(_input(m))}: {_err(e)}"
+            return f"acking {list(_input(m))}: {_err_text(e)}"
         value["acked"].append([_input(m)[0], _seq(m)])
         return None
 
@@ -496,14 +499,14 @@ async def _nak(msgs: list[Any]) -> None:
         try:
             await m.nak()
         except Exception as e:  # noqa: BLE001
-            log.debug("nak: %s", _err(e))
+            log.debug("nak: %s", _err_text(e))
 
 
 def _close(loop: _Loop, nc: Any) -> None:
     try:
         loop.run(nc.close(), 3.0)
     except Exception as e:  # noqa: BLE001 - closing never raises
-        log.debug("close: %s", _err(e))
+        log.debug("close: %s", _err_text(e))
 
 
 # -- the adapter record -------------------------------------------------------------------

@@ -41,8 +41,9 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
                       container: kafka-1, address, pidfile, start} (cluster/hostcfg.py)  ([])
 
 What the system cannot do is refused at load, from its record (logquake.systems.base.System):
-a client, workload, transactions, partitions or a fault's need it does not offer; and a client
-the workload has no adapter for (logquake.workloads.registry).
+a client, workload, partitions or a fault's need it does not offer, a feature the workload
+uses (transactions, `Workload.needs`) that it or its servers lack; and a client the workload
+has no adapter for (logquake.workloads.registry).
 
 Every error names the key, the bad value and what is allowed. Each list of allowed values
 has its home beside what it names: workloads in logquake.workloads.registry, guarantees and
@@ -277,8 +278,6 @@ def _check_system(cfg: TestConfig) -> None:
     if cfg.client not in workload.clients:
         raise ConfigError("client", f"workload {cfg.workload} is driven by {', '.join(workload.clients)}; "
                                     f"got {cfg.client!r}")
-    if cfg.txn and "transactions" not in system.features:
-        raise ConfigError("txn", f"system {cfg.system} has no transactions logquake drives")
     if system.max_partitions is not None and cfg.partitions > system.max_partitions:
         raise ConfigError("partitions", f"system {cfg.system} has at most {system.max_partitions} per key, "
                                         f"got {cfg.partitions}")
@@ -290,6 +289,11 @@ def _check_system(cfg: TestConfig) -> None:
     if "disk:corrupt-tail" in cfg.nemesis and not system.data_files:
         raise ConfigError("nemesis", f"disk:corrupt-tail cannot run on {system.name}: it declares no data files to tear")
     system.check_config(cfg)
+    for feature, key in workload.needs(cfg).items():  # what the workload really uses, asked last (it may run a binary)
+        why = (f"system {cfg.system} has no {feature} logquake drives" if feature not in system.features
+               else system.unavailable(cfg, feature))
+        if why is not None:
+            raise ConfigError(key, why)
 
 
 def _check_key(key: str, where: str) -> str:

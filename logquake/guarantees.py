@@ -131,12 +131,15 @@ def check_txn(guarantee: str | None, txn: bool) -> None:
 def apply_guarantee(cfg: TestConfig) -> TestConfig:
     """The config a run really uses: the guarantee's settings under the user's own `producer:`.
 
-    exactly-once turns transactions on (read_committed consumers come with them), and
-    transactions turn idempotence on: what test.json stores is what the clients ran.
+    exactly-once turns transactions on where the workload makes it of them (read_committed
+    consumers come with them; not JetStream's pipeline, `Workload.needs`), and transactions
+    turn idempotence on: what test.json stores is what the clients ran.
     """
+    from logquake.workloads.registry import get_workload  # it builds on this module
+
     g = get_guarantee(cfg.guarantee)
     check_txn(g.name, cfg.txn)
-    txn = cfg.txn or g.transactions
+    txn = cfg.txn or (g.transactions and "transactions" in get_workload(cfg.workload).needs(cfg))
     producer = {**g.producer(), **(cfg.producer or {})}
     if txn:  # a transactional producer is idempotent whatever was asked (both clients force it)
         producer["idempotence"] = True

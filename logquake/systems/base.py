@@ -164,6 +164,9 @@ class System:
     fault needing it is refused; `check_config` raises ConfigError for the system's own keys
     (`settings_key`, e.g. `jetstream:`), and `describe` gives test.json's facts about the
     servers run (binary, version), stored as `server` beside the keys; {} for none.
+    `unavailable(cfg, feature)`: why this test's servers cannot give one of `features` (a
+    version without it), None when they can; config load asks it only of the features the
+    test's workload uses (`Workload.needs`), and the refusal names the key that asked.
     `txn_writes_one_key`: a transaction can only be sends to one key (JetStream's atomic batch
     publishes to one stream), so the workload never puts a poll or a second key in one.
     `dedup_window`: None where dedup lives in a producer session (Kafka's idempotent producer:
@@ -202,6 +205,7 @@ class System:
     txn_writes_one_key: bool = False
     dedup_window: Callable[[TestConfig], float] | None = None
     check_config: Callable[[TestConfig], None] = lambda cfg: None
+    unavailable: Callable[[TestConfig, str], str | None] = lambda cfg, feature: None
     describe: Callable[[TestConfig], dict[str, Any]] = lambda cfg: {}
     data_files: tuple[str, ...] = ()
     node_reads: Callable[[str], dict[str, str]] | None = None

@@ -348,12 +348,16 @@ class PipelineAdapter:
         shared_consumer: the group hands one key's inputs to several workers at once (a
             shared queue, not partitions owned by one member): nothing orders the outputs of
             one input key, so output-reorder is reported but not bad (logquake.guarantees).
+        transactional: a guarantee with transactions (exactly-once) runs as the system's
+            transactions (Kafka's: offsets sent to the producing transaction), so the test
+            needs them (`Workload.needs`); False where exactly-once is made without them.
     """
 
     client: str
     open: Callable[[TestConfig, str], PipelineClient]
     configs: Callable[[TestConfig], tuple[dict[str, Any], dict[str, Any]]]
     shared_consumer: bool = False
+    transactional: bool = False
 
 
 # client -> "module:attribute" of its PipelineAdapter; imported on first use (the system's
@@ -411,7 +415,7 @@ def _kafka_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 KAFKA = PipelineAdapter(client="confluent", open=lambda cfg, bootstrap: KafkaPipeline(bootstrap, get_guarantee(
-    cfg.guarantee)), configs=_kafka_configs)
+    cfg.guarantee)), configs=_kafka_configs, transactional=True)
 
 
 def run_pipeline(bootstrap: str, profile: Guarantee, *, keys: int = 4, values: int = 200, workers: int = 2,

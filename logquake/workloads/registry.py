@@ -14,12 +14,12 @@ producers) gives `drive` instead and calls back into the runner's phases. The he
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from logquake.errors import ConfigError
-from logquake.guarantees import allowed_types, get_guarantee
+from logquake.guarantees import GUARANTEES, allowed_types, get_guarantee
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
@@ -89,6 +89,10 @@ class Workload:
         final_read: its generator's drain makes the final read (a `FinalReads`): the
             runner reports which workers and keys it completed, and makes it once more
             from each node where the system can point a read at one (`System.node_reads`).
+        needs: cfg -> the system features (logquake.systems.base.FEATURES) that test uses,
+            each with the config key asking for it. Config load refuses the test, naming
+            that key, on a system without the feature or whose servers cannot give it
+            (`System.unavailable`): only what the workload really does is asked of them.
     """
 
     name: str
@@ -104,6 +108,7 @@ class Workload:
     guarantee_applies: bool = True
     banner: Callable[[TestConfig], str] | None = None
     final_read: bool = False
+    needs: Callable[[TestConfig], Mapping[str, str]] = lambda cfg: {}
 
     def __post_init__(self) -> None:
         if (self.drive is None) == (self.make_generator is None or self.make_client is None):
@@ -147,6 +152,13 @@ def _queue_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:
             lib.consumer_config("<bootstrap>", txn=cfg.txn, sub_via=cfg.sub_via))
 
 
+def _queue_needs(cfg: TestConfig) -> dict[str, str]:
+    """Transactions when the test asks for them (`txn`) or its guarantee brings them."""
+    g = GUARANTEES.get(cfg.guarantee)
+    key = "txn" if cfg.txn else "guarantee" if g is not None and g.transactions else None
+    return {"transactions": key} if key else {}
+
+
 def _queue_generator(cfg: TestConfig) -> Generator:
     from logquake.workloads.queue import make_generator
 
@@ -180,6 +192,18 @@ def _pipeline_shared(cfg: TestConfig) -> bool:
     from logquake.workloads import pipeline
 
     return cfg.client in pipeline.ADAPTERS and pipeline.get_adapter(cfg.client).shared_consumer
+
+
+def _pipeline_needs(cfg: TestConfig) -> dict[str, str]:
+    """Transactions only where the client's pipeline makes its guarantee of them (Kafka's
+    exactly-once: offsets committed in the producing transaction); JetStream's exactly-once
+    is a derived Msg-Id and a double ack (docs/jetstream-pipeline.md), and `txn` is the
+    queue's. A client with no pipeline is refused before this is asked."""
+    from logquake.workloads import pipeline
+
+    g = GUARANTEES.get(cfg.guarantee)
+    txn = g is not None and g.transactions and pipeline.get_adapter(cfg.client).transactional
+    return {"transactions": "guarantee"} if txn else {}
 
 
 def _pipeline_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -275,10 +299,10 @@ WORKLOADS: dict[str, Workload] = {
         Workload(name="queue", summary="sends, polls and transactions on keyed partitions (Jepsen's Kafka test)",
                  clients=("confluent", "kafka-python", "nats-py"), check=_queue_check, allowed=_queue_allowed,
                  client_configs=_queue_configs, make_generator=_queue_generator, make_client=_queue_client,
-                 final_read=True),
+                 final_read=True, needs=_queue_needs),
         Workload(name="pipeline", summary="consume-transform-produce: how often each input reaches the output",
                  clients=("confluent", "nats-py"), check=_pipeline_check, allowed=_pipeline_allowed,
-                 client_configs=_pipeline_configs, drive=_pipeline_drive),
+                 client_configs=_pipeline_configs, drive=_pipeline_drive, needs=_pipeline_needs),
         # Its ops are the commits and fetches themselves: no anomaly a guarantee could excuse.
         Workload(name="offsets", summary="committed consumer-group offsets, checked as linearizable registers",
                  clients=("confluent", "kafka-python"), check=_offsets_check, allowed=lambda cfg: frozenset(),

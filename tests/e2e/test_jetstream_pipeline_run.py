@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,23 @@ def test_jetstream_at_least_once_pipeline_under_kills_loses_nothing(tmp_path: Pa
     assert "Traceback" not in out, out
     assert (code, res["valid"]) == (0, True), (res, out[-3000:])
     assert res["inputs"] > 100 and "0" not in res["processing_counts"], res
+
+
+OLD_SERVER = "/usr/sbin/nats-server"  # Debian's 2.9.10: no atomic batches (2.12+)
+
+
+@pytest.mark.slow  # ~45 s: 20 s of kills, recovery, drain
+@pytest.mark.skipif(not os.access(OLD_SERVER, os.X_OK), reason="no Debian nats-server (apt-get install nats-server)")
+def test_exactly_once_pipeline_runs_on_a_server_without_atomic_batches(tmp_path: Path) -> None:
+    # Its exactly-once is Msg-Id dedup and a double ack, which 2.9.10 has: not refused, and kept.
+    (tmp_path / "old.yaml").write_text(f"system: jetstream\njetstream: {{binary: {OLD_SERVER}}}\n")
+    code, run_dir, res, out = _run(tmp_path, "--config", str(tmp_path / "old.yaml"), "--workload", "pipeline",
+                                   "--guarantee", "exactly-once", "--nemesis", "kill", "--nemesis-interval", "4",
+                                   "--time-limit", "20", "--rate", "20", "--concurrency", "3", "--seed", "7")
+    assert "Traceback" not in out, out
+    test = json.loads((run_dir / "test.json").read_text())
+    assert test["server"]["version"].startswith("v2.9."), test["server"]
+    assert test["txn"] is False  # no transactions asked of it
+    assert (code, res["valid"], res["bad_error_types"]) == (0, True, []), (res, out[-3000:])
+    assert res["inputs"] > 100 and res["processing_counts"] == {"1": res["inputs"]}, res
+    assert any(op["f"] == "start-kill" for op in _history(run_dir) if op["process"] == "nemesis")

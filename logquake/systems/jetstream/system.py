@@ -4,8 +4,9 @@ What a test may not ask of it is refused at config load, by the record's fields:
 partition per key (a key is a stream of one subject), the queue, pipeline and kv workloads, no clock
 faults: nats-server is a statically linked Go binary, so libfaketime's LD_PRELOAD never
 loads into it and its clock reads bypass libc. Transactions are atomic batch publishes
-(batch.py), which the server offers from 2.12 on: a test that asks for transactions (`txn`,
-or a guarantee that brings them) is refused when the binary it would run is older. A batch
+(batch.py), which the server offers from 2.12 on: a test whose workload uses them (the
+queue's `txn`, or a guarantee that brings them; not the pipeline, whose exactly-once is a
+Msg-Id and a double ack) is refused when the binary it would run is older. A batch
 only publishes, to one stream, so the workload's transactions here are sends to one key
 (`System.txn_writes_one_key`).
 """
@@ -18,8 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from logquake.errors import ConfigError
-from logquake.guarantees import GUARANTEES
 from logquake.systems.base import NodeSetup, NodeSpec, System
 from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.client import node_bootstraps
@@ -99,21 +98,25 @@ def _leaders(bootstrap: str, names: Mapping[int, str], timeout: float) -> dict[s
 
 def _check_config(cfg: TestConfig) -> None:
     settings(cfg)
-    _check_txn(cfg)
 
 
-def _check_txn(cfg: TestConfig) -> None:
-    """Refuse transactions where the server or the workload cannot give them (module docstring)."""
-    g = GUARANTEES.get(cfg.guarantee)
-    key = "txn" if cfg.txn else "guarantee" if g is not None and g.transactions else None
-    if key is None:
-        return
+def _version(cfg: TestConfig) -> tuple[str, str]:
+    """(binary, its version) of the nats-server this test runs: what it can give depends on it."""
     binary = find_binary(settings(cfg).binary)
-    version = server_version(binary)
-    if not batch.supports_atomic(version):
-        since = ".".join(map(str, batch.ATOMIC_SINCE))
-        raise ConfigError(key, f"nats-server {version} ({binary}) has no atomic batch publish, "
-                               f"which JetStream transactions are (nats-server {since} and later)")
+    return binary, server_version(binary)
+
+
+def _unavailable(cfg: TestConfig, feature: str) -> str | None:
+    """Why this test's server cannot give `feature` (module docstring), asked only of what
+    the workload uses: transactions are atomic batch publishes."""
+    if feature != "transactions":
+        return None
+    binary, version = _version(cfg)
+    if batch.supports_atomic(version):
+        return None
+    since = ".".join(map(str, batch.ATOMIC_SINCE))
+    return (f"nats-server {version} ({binary}) has no atomic batch publish, "
+            f"which JetStream transactions are (nats-server {since} and later)")
 
 
 def _dedup_window(cfg: TestConfig) -> float:
@@ -144,6 +147,7 @@ JETSTREAM = System(
     unmet_needs={"faketime": NO_FAKETIME},
     settings_key="jetstream",
     check_config=_check_config,
+    unavailable=_unavailable,
     describe=_describe,
     data_files=DATA_FILES,
     node_reads=node_bootstraps,

@@ -100,12 +100,12 @@ class History:
         return op
 
 
-def produce_inputs(bootstrap: str, keys: int, n: int, hist: History, *, rate: float | None = None,
-                   stop: threading.Event | None = None) -> None:
-    """Values 1..n (or until `stop`), value v to key v % keys, each an `input` op from process
-    -1 (idempotent, acks=all), at most `rate` per second."""
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                  "message.timeout.ms": 20_000, "log.connection.close": False})
+def paced_inputs(keys: int, n: int, hist: History, send: Callable[[int, int], int | tuple[str, str]], *,
+                 rate: float | None = None, stop: threading.Event | None = None) -> None:
+    """Values 1..n (or until `stop`), value v to key v % keys, each an `input` op of process
+    -1 (-2, -3... after an info one), at most `rate` per second: every client's input
+    producer (`PipelineClient.produce_inputs`). `send(k, v)` stores one input: the offset it
+    got, or (fail|info, why), fail only where nothing can have been stored."""
     proc = -1
     start = time.monotonic()
     for v in range(1, n + 1):
@@ -115,15 +115,29 @@ def produce_inputs(bootstrap: str, keys: int, n: int, hist: History, *, rate: fl
             time.sleep(max(0.0, start + v / rate - time.monotonic()))
         k = v % keys
         hist.record(proc, INVOKE, "input", [["send", k, v]])
+        got = send(k, v)
+        if isinstance(got, int):
+            hist.record(proc, OK, "input", [["send", k, [got, v]]])
+        else:
+            hist.record(proc, got[0], "input", [["send", k, v]], error=got[1])
+            if got[0] == INFO:
+                proc -= 1  # an indeterminate op retires its process
+
+
+def produce_inputs(bootstrap: str, keys: int, n: int, hist: History, *, rate: float | None = None,
+                   stop: threading.Event | None = None) -> None:
+    """`paced_inputs` through one idempotent, acks=all producer."""
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                  "message.timeout.ms": 20_000, "log.connection.close": False})
+
+    def send(k: int, v: int) -> int | tuple[str, str]:
         got: list[Any] = []
         p.produce(in_topic(k), value=str(v).encode(), on_delivery=lambda e, m, got=got: got.append((e, m)))
         p.flush(25.0)
         err, msg = got[0] if got else ("timeout", None)
-        if err is None:
-            hist.record(proc, OK, "input", [["send", k, [msg.offset(), v]]])
-        else:
-            hist.record(proc, INFO, "input", [["send", k, v]], error=str(err))
-            proc -= 1  # an indeterminate op retires its process
+        return msg.offset() if err is None else (INFO, str(err))
+
+    paced_inputs(keys, n, hist, send, rate=rate, stop=stop)
 
 
 class Worker:

@@ -64,7 +64,7 @@ from logquake.systems.jetstream.client import (
     classify,
 )
 from logquake.systems.jetstream.server import duration_seconds
-from logquake.workloads.pipeline import History, PipelineAdapter
+from logquake.workloads.pipeline import History, PipelineAdapter, paced_inputs
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
@@ -194,30 +194,21 @@ class JetStreamPipeline:
 
     def produce_inputs(self, keys: int, n: int, hist: History, *, rate: float | None = None,
                        stop: threading.Event | None = None) -> None:
-        """Values 1..n (or until `stop`) to input key v % keys, each an `input` op."""
+        """Values 1..n (or until `stop`) to input key v % keys, each an `input` op (paced_inputs)."""
         self.ensure_streams(keys)
         loop = _Loop()
         nc = loop.run(_connect(self.bootstrap), 10.0)
         js = nc.jetstream(timeout=PUBLISH_TIMEOUT)
-        proc, start = -1, time.monotonic()
+
+        def send(k: int, v: int) -> int | tuple[str, str]:
+            try:
+                got = loop.run(self._input(js, k, v), INPUT_TIMEOUT + CALL_SLACK)
+            except TimeoutError as e:
+                return INFO, _err_text(e)
+            return got.seq if isinstance(got, api.PubAck) else got
+
         try:
-            for v in range(1, n + 1):
-                if stop is not None and stop.is_set():
-                    break
-                if rate:
-                    time.sleep(max(0.0, start + v / rate - time.monotonic()))
-                k = v % keys
-                hist.record(proc, INVOKE, "input", [["send", k, v]])
-                try:
-                    got = loop.run(self._input(js, k, v), INPUT_TIMEOUT + CALL_SLACK)
-                except TimeoutError as e:
-                    got = (INFO, _err_text(e))
-                if isinstance(got, api.PubAck):
-                    hist.record(proc, OK, "input", [["send", k, [got.seq, v]]])
-                else:
-                    hist.record(proc, got[0], "input", [["send", k, v]], error=got[1])
-                    if got[0] == INFO:
-                        proc -= 1  # an indeterminate op retires its process
+            paced_inputs(keys, n, hist, send, rate=rate, stop=stop)
         finally:
             _close(loop, nc)
 

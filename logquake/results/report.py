@@ -337,6 +337,14 @@ def final_read_of(results: dict[str, Any]) -> dict[str, Any] | None:
     return fr if isinstance(fr, dict) and isinstance(fr.get("ran"), bool) else None
 
 
+def node_reads_skipped(results: dict[str, Any]) -> str | None:
+    """Why the drain made no read from each node (results.json `drain.node_reads_skipped`:
+    the servers cannot serve one), None when it made them or had none to make."""
+    drain = results.get("drain") if isinstance(results.get("drain"), dict) else {}
+    why = drain.get("node_reads_skipped")
+    return why if isinstance(why, str) else None
+
+
 def node_read_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per node the drain read from alone (checker/final_read.py `nodes`), with the
     nodes whose reader recorded nothing (results.json `drain.node_reads`) as not read."""
@@ -478,6 +486,7 @@ def render_report(files: RunFiles, d: Digest) -> str:
         informational=json.dumps(informational, indent=2, default=str)[:20_000],
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), plotly_js=get_plotlyjs(),
         ns=plots.NS, processing=processing, final_read=final_read, node_reads=node_read_rows(results),
+        node_reads_skipped=node_reads_skipped(results),
     )
 
 

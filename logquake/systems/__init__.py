@@ -5,6 +5,7 @@ Only the seam is imported here; each system's module (kafka.py, ...) loads on `g
 
 from logquake.systems.base import (
     FEATURES,
+    NODE_READS,
     SYSTEMS,
     Kill,
     NodeLifecycle,
@@ -16,5 +17,5 @@ from logquake.systems.base import (
     get_system,
 )
 
-__all__ = ["FEATURES", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeSetup", "NodeSpec", "Pause", "System",
+__all__ = ["FEATURES", "NODE_READS", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeSetup", "NodeSpec", "Pause", "System",
            "get_system"]

@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from logquake.cluster.host import Host
     from logquake.config import TestConfig
 
-__all__ = ["FEATURES", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeSetup", "NodeSpec",
+__all__ = ["FEATURES", "NODE_READS", "SYSTEMS", "Kill", "NodeLifecycle", "NodeNeeds", "NodeSetup", "NodeSpec",
            "Pause", "System", "get_system", "port_open"]
 
 FEATURES = frozenset({"transactions", "consumer-groups", "dedup", "kv"})
+#: What `System.unavailable` is asked besides FEATURES: the drain's reads from each node.
+NODE_READS = "node-reads"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,9 +166,12 @@ class System:
     fault needing it is refused; `check_config` raises ConfigError for the system's own keys
     (`settings_key`, e.g. `jetstream:`), and `describe` gives test.json's facts about the
     servers run (binary, version), stored as `server` beside the keys; {} for none.
-    `unavailable(cfg, feature)`: why this test's servers cannot give one of `features` (a
-    version without it), None when they can; config load asks it only of the features the
-    test's workload uses (`Workload.needs`), and the refusal names the key that asked.
+    `unavailable(cfg, feature)`: why this test's servers cannot give one of `features`, or
+    `NODE_READS` (`node_reads`), though the system has it (a version without it), None when
+    they can. Config load asks it only of the features the test's workload uses
+    (`Workload.needs`) and refuses naming the key that asked; the drain asks it of
+    NODE_READS and skips those reads at once, saying why (results.json
+    `drain.node_reads_skipped`): they are extra evidence, not needed for the verdict.
     `txn_writes_one_key`: a transaction can only be sends to one key (JetStream's atomic batch
     publishes to one stream), so the workload never puts a poll or a second key in one.
     `dedup_window`: None where dedup lives in a producer session (Kafka's idempotent producer:

@@ -57,8 +57,9 @@ How the queue's words map onto JetStream:
   whether it answered itself or forwarded the request over a route: a forwarded answer
   is dropped and asked again (`NODE_ATTEMPTS` times within `NODE_READ_TIMEOUT`), and a
   key the node never answered itself stays unread, its read incomplete (unknown for that
-  node). Message tracing and batched direct gets need nats-server 2.11+; an older
-  server's node reads end info, saying so.
+  node). Message tracing and batched direct gets need nats-server 2.11+: on an older
+  server the drain skips these reads at once and says why (`node_reads_refusal`,
+  system.py); a node read that meets one anyway ends info, saying so.
 - crash is the runner's: it closes this client (the connection drops) and opens a new one.
   Under idempotence the worker's new client first resends each of the worker's sends that
   ended info (`resend` ops, workloads/generator.py): a publish like any other, under the
@@ -180,6 +181,16 @@ def node_bootstraps(bootstrap: str) -> dict[str, str]:
     to its own URL: a client opened on that URL alone reads from that node (`System.node_reads`)."""
     urls = [u for u in bootstrap.split(",") if u]
     return {server_name(u) or urlsplit(u).netloc or u: u for u in urls}
+
+
+def node_reads_refusal(version: str) -> str | None:
+    """Why a nats-server of `version` ("v2.9.10") cannot serve a read from one node (module
+    docstring), None when it can: the system skips the node reads on it (system.py)."""
+    if (version_tuple(version) or ())[:2] >= NODE_READ_VERSION:
+        return None
+    since = ".".join(map(str, NODE_READ_VERSION))
+    return (f"needs nats-server {since}+ (message tracing, batched direct gets), "
+            f"this is {version.strip().lstrip('v') or 'unknown'}")
 
 
 class NodeReadError(Exception):
@@ -421,9 +432,8 @@ class JetStreamClient(QueueClient):
         info = getattr(self._nc, "_server_info", None) or {}  # nats-py keeps the server's INFO here
         if info.get("server_name") != node:
             raise NodeReadError(f"connected to {info.get('server_name') or 'no server'}, not {node}")
-        if (version_tuple(str(info.get("version") or "")) or ())[:2] < NODE_READ_VERSION:
-            raise NodeReadError(f"nats-server {info.get('version')} on {node}: reading from one node needs "
-                                f"{'.'.join(map(str, NODE_READ_VERSION))}+ (message tracing, batched direct gets)")
+        if (why := node_reads_refusal(str(info.get("version") or ""))) is not None:
+            raise NodeReadError(f"{node}: reading from one node {why}")
         deadline = asyncio.get_running_loop().time() + NODE_READ_TIMEOUT
         for _ in range(NODE_ATTEMPTS):
             if asyncio.get_running_loop().time() > deadline:

@@ -6,7 +6,8 @@ faults: nats-server is a statically linked Go binary, so libfaketime's LD_PRELOA
 loads into it and its clock reads bypass libc. Transactions are atomic batch publishes
 (batch.py), which the server offers from 2.12 on: a test whose workload uses them (the
 queue's `txn`, or a guarantee that brings them; not the pipeline, whose exactly-once is a
-Msg-Id and a double ack) is refused when the binary it would run is older. A batch
+Msg-Id and a double ack) is refused when the binary it would run is older. The drain's
+reads from each node need 2.11+ (message tracing): on an older binary they are skipped. A batch
 only publishes, to one stream, so the workload's transactions here are sends to one key
 (`System.txn_writes_one_key`).
 """
@@ -19,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from logquake.systems.base import NodeSetup, NodeSpec, System
+from logquake.systems.base import NODE_READS, NodeSetup, NodeSpec, System
 from logquake.systems.jetstream import batch
-from logquake.systems.jetstream.client import node_bootstraps
+from logquake.systems.jetstream.client import node_bootstraps, node_reads_refusal
 from logquake.systems.jetstream.server import (
     CLIENT_PORT,
     CLUSTER_PORT,
@@ -101,14 +102,18 @@ def _check_config(cfg: TestConfig) -> None:
 
 
 def _version(cfg: TestConfig) -> tuple[str, str]:
-    """(binary, its version) of the nats-server this test runs: what it can give depends on it."""
+    """(binary, its version) of the nats-server this test runs (uploaded to every node):
+    what it can give depends on it."""
     binary = find_binary(settings(cfg).binary)
     return binary, server_version(binary)
 
 
 def _unavailable(cfg: TestConfig, feature: str) -> str | None:
     """Why this test's server cannot give `feature` (module docstring), asked only of what
-    the workload uses: transactions are atomic batch publishes."""
+    the test uses: transactions are atomic batch publishes; the node reads need message
+    tracing (client.py)."""
+    if feature == NODE_READS:
+        return node_reads_refusal(_version(cfg)[1])
     if feature != "transactions":
         return None
     binary, version = _version(cfg)

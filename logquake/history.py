@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from logquake.errors import HistoryFormatError
 from logquake.gcpause import paused_gc
@@ -63,12 +63,6 @@ CORE_FIELDS = ("index", "time", "process", "type", "f", "value")
 NO_OFFSET = -1  # a send's offset when the broker gave none (Kafka's ProduceResponse.INVALID_OFFSET)
 
 Process = int | str
-
-
-class ReadStore(Protocol):
-    """Where read_history puts each op's polls as it reads them (checker/queue_pairs.PairStore)."""
-
-    def take_polls(self, value: Any) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -352,15 +346,12 @@ def _op_from_parsed(d: dict[str, Any]) -> Op:
 _SET_EXTRA = Op.__dict__["extra"].__set__
 
 
-def read_history(
-    path: str | os.PathLike[str], *, validate: bool = True, store_reads: ReadStore | None = None
-) -> Iterator[Op]:
+def read_history(path: str | os.PathLike[str], *, validate: bool = True) -> Iterator[Op]:
     """Stream the ops of a history.jsonl file, checking its format.
 
     Raises HistoryFormatError naming the line of the first problem. Blank lines are
     skipped. A last line with no newline that does not parse is a torn write from a killed
-    harness: it is dropped with a warning. `store_reads`: each op's polls go into it as
-    it is read (its `take_polls(value)`: checker/queue_pairs.py holds them as arrays).
+    harness: it is dropped with a warning.
     """
     path = Path(path)
     try:
@@ -386,8 +377,6 @@ def read_history(
                     return
                 raise HistoryFormatError(str(path), lineno, problem)
             assert op is not None
-            if store_reads is not None and op.type != INVOKE:  # (an invocation has no reads)
-                store_reads.take_polls(op.value)
             if validator is not None:
                 rule = validator.check(op)
                 if rule is not None:
@@ -395,16 +384,14 @@ def read_history(
             yield op
 
 
-def load_history(
-    path: str | os.PathLike[str], *, validate: bool = True, store_reads: ReadStore | None = None
-) -> list[Op]:
+def load_history(path: str | os.PathLike[str], *, validate: bool = True) -> list[Op]:
     """The whole history as a list (see read_history).
 
     The cyclic GC is paused while the list grows: a million ops are millions of live
     containers, which it would rescan over and over (more than half the load time).
     """
     with paused_gc():
-        return list(read_history(path, validate=validate, store_reads=store_reads))
+        return list(read_history(path, validate=validate))
 
 
 def pairs(ops: Iterable[Op]) -> Iterator[tuple[Op, Op | None]]:

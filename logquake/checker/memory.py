@@ -9,8 +9,9 @@ a given limit (`--max-memory`) is refused in one line saying how large it is and
 fit, where reading it would have ended in the kernel's OOM killer halfway through.
 
 Between the two estimates for a check there is a leaner way to hold the history: every
-poll's pairs in one int64 array as it is read (checker/queue_pairs.py), about a quarter
-less memory for a read that takes more CPU (the pairs are decoded, then copied). `plan_check`
+poll's pairs in one int64 array as it is read, and invocations sharing their completions'
+values (checker/queue_pairs.py), about a third less memory for a read that takes more CPU
+(the pairs are decoded, then copied). `plan_check`
 picks it only when the plain way would not fit.
 """
 
@@ -26,11 +27,11 @@ from logquake.errors import UserError
 __all__ = ["CheckPlan", "HistorySize", "history_size", "parse_size", "plan_check", "refuse_report"]
 
 # Peak RSS per byte of history.jsonl beyond the process's own, measured with /usr/bin/time
-# on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB, with the
-# reads stored as arrays 2,399 MiB (bench_checker, 2026-12-02), `logquake report` (no
-# results.json) 258 MiB; rounded up a little.
+# on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB, read by
+# queue_pairs.load_queue_history 2,082 MiB (bench_checker --measure, 2026-12-02 14:05),
+# `logquake report` (no results.json) 258 MiB; rounded up a little.
 CHECK_PER_BYTE = 15.0
-STORED_CHECK_PER_BYTE = 11.5
+STORED_CHECK_PER_BYTE = 10.0
 REPORT_PER_BYTE = 0.9
 BASE = 80 * 2**20  # the interpreter, numpy and the CLI's imports: a 100-op history's peak
 

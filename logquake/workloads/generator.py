@@ -36,8 +36,10 @@ idempotent producer: JetStream's Nats-Msg-Id) a worker is one logical producer a
 clients: when its client crashes or is replaced, the new one first resends every send of the
 worker that ended `info` (stored or not, nobody knows), as a `resend` op carrying the same
 key and value and `resend_of`, the index of the original's completion, so the system's dedup
-alone keeps the value single. The resend is an op of its own, not a `send`, so that each value
-keeps one writer in the queue analysis; a resend that ends info is resent at the next crash.
+alone keeps the value single. With `txn=True` a transaction that ended info is resent whole,
+its sends in one `resend` op (one atomic batch again; an `abort` op is never resent). The
+resend is an op of its own, not a `send`, so that each value keeps one writer in the queue
+analysis; a resend that ends info is resent at the next crash.
 A worker holding unsure sends crashes 1 op in `UNSURE_CRASH_ONE_IN` rather than 1 in
 `CRASH_ONE_IN` (a producer in trouble restarts sooner): info sends come in bursts while a
 fault lasts, and at 1 in 256 a restart rarely followed one, so resends were rarely made.
@@ -93,10 +95,11 @@ class _Worker:
     positions: dict[int, int] = field(default_factory=dict)
     rereads: int = 0
     settle: int = 0
-    # resend: (key, value, index of the completion that left it unsure) of this worker's
-    # sends that ended info since its client last restarted, and those its new client owes.
-    unsure: list[tuple[int, int, int | None]] = field(default_factory=list)
-    owed: list[tuple[int, int, int | None]] = field(default_factory=list)
+    # resend: (sends, index of the completion that left them unsure) of this worker's
+    # publishes that ended info since its client last restarted, and those its new client
+    # owes: one send each, or a transaction's sends together (one atomic batch).
+    unsure: list[tuple[list[list[Any]], int | None]] = field(default_factory=list)
+    owed: list[tuple[list[list[Any]], int | None]] = field(default_factory=list)
 
 
 def micro_f(value: list[list[Any]]) -> str:
@@ -199,8 +202,8 @@ class QueueGenerator:
             return self._drain_op(ctx)
         st = self._worker(ctx.worker)
         if st.owed:  # drawn from no RNG
-            k, v, of = st.owed.pop(0)
-            return invoke(ctx, RESEND, [["send", k, v]], resend_of=of)
+            sends, of = st.owed.pop(0)
+            return invoke(ctx, RESEND, sends, resend_of=of)
         rng = st.rng
         if st.needs_assign or rng.randrange(REASSIGN_ONE_IN) == 0:
             return self._assign_op(ctx, rng)
@@ -309,9 +312,8 @@ class QueueGenerator:
             return
         if not isinstance(event.value, list):
             return
-        if self.resend and event.type == INFO and event.f in ("send", RESEND) and not self.txn:
-            orig = event.get("resend_of", event.index) if event.f == RESEND else event.index
-            st.unsure.extend((m[1], m[2], orig) for m in event.value if m[0] == "send" and not isinstance(m[2], list))
+        if self.resend and event.type == INFO and event.f in ("send", "txn", RESEND):
+            self._unsure(st, event)
         if event.type == OK:
             for key, pos in (event.get("positions") or {}).items():
                 st.positions[int(key)] = max(pos, st.positions.get(int(key), 0))
@@ -325,6 +327,17 @@ class QueueGenerator:
                         self._saw(k, offset)
                         if offset > st.read_up_to.get(k, -1):
                             st.read_up_to[k] = offset
+
+    def _unsure(self, st: _Worker, event: Op) -> None:
+        """Note the sends of an info op for the worker's next client to resend: each alone,
+        or a transaction's together (one batch again, never split). An `abort` op's sends
+        were never meant to be stored, and a transaction that polls is no batch to resend."""
+        orig = event.get("resend_of", event.index) if event.f == RESEND else event.index
+        sends = [["send", m[1], m[2]] for m in event.value if m[0] == "send" and not isinstance(m[2], list)]
+        if not self.txn:
+            st.unsure.extend(([m], orig) for m in sends)
+        elif sends and len(sends) == len(event.value) and not event.get("abort"):
+            st.unsure.append((sends, orig))
 
     def _saw(self, k: int, offset: int) -> None:
         if offset > self.highest.get(k, -1):

@@ -19,8 +19,9 @@ def make_generator(cfg: TestConfig, *, first_key: int = 0) -> QueueGenerator:
     assert cfg.seed is not None, "resolve the seed first (TestConfig.with_seed)"
     system = get_system(cfg.system)
     # A restarted producer resends what it was unsure of only where the system's dedup
-    # outlives a producer session, and only an idempotent one (at-least-once never resends).
-    resend = system.dedup_window is not None and bool(producer_settings(cfg).get("idempotence")) and not cfg.txn
+    # outlives a producer session, and only an idempotent one: at-least-once never resends,
+    # save with --txn, which makes every producer idempotent (it resends a batch whole).
+    resend = system.dedup_window is not None and bool(producer_settings(cfg).get("idempotence"))
     return QueueGenerator(seed=cfg.seed, txn=cfg.txn, sub_via=cfg.sub_via, first_key=first_key,
                           one_key_txns=system.txn_writes_one_key, resend=resend)
 

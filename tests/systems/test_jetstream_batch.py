@@ -74,6 +74,7 @@ def test_a_reply_that_does_not_confirm_this_batch_is_unexpected(reply: bytes) ->
     (10174, FAIL, False),  # the stream does not allow atomic publish yet
     (10210, FAIL, False),  # too many batches in flight
     (10201, FAIL, True),  # a duplicate Msg-Id: the same batch meets it again
+    (10158, FAIL, False),  # a Msg-Id in a proposal not yet applied: applied or dropped later
     (10200, FAIL, True),
     (10071, INFO, False),  # wrong last sequence: also an error of applying a proposed batch
     (10077, INFO, False),  # maximum messages exceeded, likewise
@@ -84,6 +85,27 @@ def test_a_rejected_commit_fails_only_for_rejections_made_before_replication(cod
     assert isinstance(got, batch.Rejected)
     assert (got.code, got.outcome(), got.final) == (code, outcome, final)
     assert str(got) == f"rejected ({code}): why"
+
+
+# The reply nats-server 2.15.1 gave a batch whose Msg-Ids the stream held, verbatim.
+HELD_REPLY = (b'{"error":{"code":400,"err_code":10201,"description":"atomic publish batch contains duplicate '
+              b'message id"},"stream":"lq-1","seq":0}')
+
+
+def test_a_commit_rejected_for_held_msg_ids_is_held_and_names_no_offset() -> None:
+    got = batch.parse_reply(HELD_REPLY, batch="b1", count=2)
+    assert isinstance(got, batch.Rejected) and got.held and got.outcome() == FAIL
+    # A resend of a batch so rejected stored nothing, and acknowledges each value.
+    assert batch.Held().sends(3, [7, 8]) == [["send", 3, [None, 7]], ["send", 3, [None, 8]]]
+    for code in (10158, 10176, 10071):
+        assert not batch.parse_reply(_error(code), batch="b1", count=2).held
+
+
+@pytest.mark.parametrize(("version", "ok"), [
+    ("v2.15.1", True), ("2.12.1", True), ("v2.12.0", False), ("v2.11.9", False), ("", False),
+])
+def test_msg_ids_in_a_batch_came_with_nats_server_2_12_1(version: str, ok: bool) -> None:
+    assert batch.supports_msg_ids(version) is ok
 
 
 @pytest.mark.parametrize(("value", "words"), [

@@ -196,5 +196,5 @@ def test_a_run_is_checked_against_its_streams_window_and_resends_only_when_idemp
     assert get_system("kafka").dedup_window is None  # dedup per producer session: no resends, no window
     assert make_generator(cfg(system="jetstream", guarantee="idempotent")).resend
     assert not make_generator(cfg(system="jetstream", guarantee="at-least-once")).resend
-    assert not make_generator(cfg(system="jetstream", guarantee="exactly-once")).resend  # batches
+    assert make_generator(cfg(system="jetstream", guarantee="exactly-once")).resend  # a batch whole
     assert not make_generator(cfg(system="kafka", guarantee="idempotent")).resend

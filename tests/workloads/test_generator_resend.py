@@ -97,3 +97,61 @@ def test_a_worker_holding_unsure_sends_restarts_sooner():
 
     # 1 in 16 rather than 1 in 256 (the seed fixes the draws): a resend comes while it matters.
     assert ops_to_crash(True) < 64 < ops_to_crash(False)
+
+
+# -- transactions: a batch that ended info is resent whole ----------------------------------
+
+def _txn_run() -> _Run:
+    return _Run(QueueGenerator(seed=3, txn=True, one_key_txns=True, abort_fraction=0.0, resend=True))
+
+
+def _until_batch(run: _Run, outcome: str, *, size: int = 2) -> Op:
+    """Ops completed ok until a transaction of at least `size` sends, which ends as `outcome`."""
+    for _ in range(10_000):
+        op = run.gen.op(run.ctx)
+        assert op is not None
+        if op.f == "send" and len(op.value) >= size:
+            return run.complete(op, outcome)
+        run.complete(op)
+    raise AssertionError(f"no batch of {size} sends in 10,000 ops")
+
+
+def test_a_batch_that_ended_info_is_resent_whole_in_one_op():
+    run = _txn_run()
+    unsure = _until_batch(run, INFO)
+    _until_batch(run, FAIL)  # certainly not stored: nothing to resend
+    run.until("crash")
+    resend = run.gen.op(run.ctx)
+    assert (resend.f, resend.value, resend.get("resend_of")) == (RESEND, unsure.value, unsure.index)
+    assert len({m[1] for m in resend.value}) == 1 and len(resend.value) >= 2  # one key: one batch again
+    run.gen.update(run.ctx, replace(resend, type=OK, index=999,
+                                    value=[["send", m[1], [None, m[2]]] for m in resend.value],
+                                    extra={**resend.extra, "duplicate": True}))
+    assert run.gen.op(run.ctx).f == "assign"  # done with: the worker goes on
+
+
+def test_a_resent_batch_that_ends_info_is_resent_whole_at_the_next_crash():
+    run = _txn_run()
+    unsure = _until_batch(run, INFO)
+    run.until("crash")
+    first = run.gen.op(run.ctx)
+    run.gen.update(run.ctx, replace(first, type=INFO, index=500))
+    assert run.gen.op(run.ctx).f != RESEND
+    run.until("crash")
+    again = run.gen.op(run.ctx)
+    assert (again.f, again.value, again.get("resend_of")) == (RESEND, unsure.value, unsure.index)
+
+
+def test_an_abort_that_ended_info_is_never_resent():
+    # Its batch was meant never to be stored: resending would store it.
+    run = _Run(QueueGenerator(seed=3, txn=True, one_key_txns=True, abort_fraction=1.0, resend=True))
+    for _ in range(10_000):
+        op = run.gen.op(run.ctx)
+        if op.get("abort"):
+            run.complete(op, INFO)
+            break
+        run.complete(op)
+    else:
+        raise AssertionError("no abort in 10,000 ops")
+    run.gen.fresh_client(0)
+    assert run.gen.op(run.ctx).f == "assign"

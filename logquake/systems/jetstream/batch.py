@@ -30,6 +30,18 @@ rejected the commit for a reason it checks before replicating anything (`_REJECT
 info otherwise (no reply to the commit, a rejection that can come after the batch was
 proposed, an ack that does not confirm this batch).
 
+A restarted producer resends a batch it was unsure of (its commit unanswered: a crash, a
+timeout, a failover) as the same messages under the same Msg-Ids in a new batch (a fresh
+batch id: the server keeps ids of batches in flight only, and a new batch under an old id
+would meet a staged remnant of it). The leader checks every Msg-Id of a batch at its commit,
+before proposing anything, against the ids the stream stored within its duplicate window
+(and those proposed, not yet applied): one held id rejects the whole batch with
+`DUPLICATE_ID` (the reply names no sequence), one in a proposal not yet applied with
+`ID_IN_PROCESS` (stream.go `processJetStreamAtomicBatchMsg`, jetstream_batching.go
+`checkMsgHeadersPreClusteredProposal`, nats-server 2.12.1 and later; 2.12.0 refuses Msg-Ids
+in batches). A batch is stored whole or not at all, so a resend so rejected repeats a batch
+that was stored whole: `Held`, the resend ok with its offsets unknown.
+
 Reads need no special handling: the leader applies a committed batch under the lock its
 reads take, so a read returns all of a batch or none of it, and the checker's analyses of
 aborted reads (G1a), cycles (G1c) and torn transactions judge JetStream as they judge Kafka.
@@ -44,8 +56,9 @@ from typing import Any
 
 from logquake.history import FAIL, INFO
 
-__all__ = ["ATOMIC_DISABLED", "ATOMIC_SINCE", "Committed", "Rejected", "Reply", "Staged", "Unexpected",
-           "abort_headers", "headers", "new_id", "parse_reply", "refusal", "supports_atomic", "version_tuple"]
+__all__ = ["ATOMIC_DISABLED", "ATOMIC_SINCE", "DUPLICATE_ID", "ID_IN_PROCESS", "MSG_IDS_SINCE", "Committed", "Held",
+           "Rejected", "Reply", "Staged", "Unexpected", "abort_headers", "headers", "new_id", "parse_reply", "refusal",
+           "supports_atomic", "supports_msg_ids", "version_tuple"]
 
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQ = "Nats-Batch-Sequence"
@@ -53,8 +66,12 @@ BATCH_COMMIT = "Nats-Batch-Commit"
 MSG_ID = "Nats-Msg-Id"
 #: The first nats-server release with atomic batch publish.
 ATOMIC_SINCE = (2, 12)
+#: The first with Nats-Msg-Id in a batch (2.12.0 rejects the header, 10177).
+MSG_IDS_SINCE = (2, 12, 1)
 MAX_MESSAGES = 1000  # the server's default cap on a batch
 ATOMIC_DISABLED = 10174  # the stream does not allow atomic publish (yet): turn it on, try again
+DUPLICATE_ID = 10201  # a Msg-Id of the batch is stored (or twice in the batch): none of it is
+ID_IN_PROCESS = 10158  # a Msg-Id of the batch is in a proposal not yet applied: none of it is
 
 # The error codes of rejections the leader makes before it proposes the batch to its
 # replicas: a commit rejected with one of these stored nothing. A rejection with any other
@@ -68,11 +85,14 @@ _REJECTED: dict[int, str] = {
     10179: "batch id invalid",
     10199: "batch too large",
     10200: "batch commit invalid",
-    10201: "batch contains a duplicate message id",
+    DUPLICATE_ID: "batch contains a duplicate message id",
     10210: "too many batches in flight",
+    # An earlier publish of the id is proposed and not yet applied: tried again, it meets
+    # the id stored (DUPLICATE_ID) or, the proposal lost with its leader, nothing at all.
+    ID_IN_PROCESS: "a message id of the batch is in a proposal not yet applied",
 }
 # Of those, the rejections that would come again however often the same batch is tried.
-_FINAL = frozenset({10175, 10177, 10179, 10199, 10200, 10201})
+_FINAL = frozenset({10175, 10177, 10179, 10199, 10200, DUPLICATE_ID})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,8 +126,25 @@ class Rejected:
         stream that now allows atomic publish, a free slot among the batches in flight.)"""
         return self.code in _FINAL
 
+    @property
+    def held(self) -> bool:
+        """Does the stream hold a Msg-Id of the batch? (For a resend: see `Held`.)"""
+        return self.code == DUPLICATE_ID
+
     def __str__(self) -> str:
         return f"rejected ({self.code}): {self.description}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """A resent batch rejected because the stream holds its Msg-Ids (`Rejected.held`): the
+    batch it repeats, stored whole or not at all, was stored whole by an earlier publish
+    (the original, or an earlier resend) within the duplicate window, and this one stored
+    nothing. The reply names no sequence, so the values' offsets stay unknown."""
+
+    def sends(self, k: int, values: list[Any]) -> list[list[Any]]:
+        """The resend's completed micro-ops: each value acknowledged, its offset unknown."""
+        return [["send", k, [None, v]] for v in values]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +227,12 @@ def version_tuple(version: str) -> tuple[int, ...] | None:
         return tuple(int(p) for p in core.split("."))
     except ValueError:
         return None
+
+
+def supports_msg_ids(version: str) -> bool:
+    """Does nats-server `version` take a Nats-Msg-Id in an atomic batch (and dedup by it)?"""
+    parsed = version_tuple(version)
+    return parsed is not None and parsed >= MSG_IDS_SINCE
 
 
 def supports_atomic(version: str) -> bool:

@@ -66,7 +66,10 @@ How the queue's words map onto JetStream:
   same Msg-Id, so only the stream's dedup keeps the value single (docs/jetstream-dedup.md).
 - a transaction is one atomic batch publish to its key's stream (server 2.12+): its sends
   must all name one key, and it holds no polls (batch.py says how and why). Streams of a
-  transactional test allow atomic publish (`allow_atomic`).
+  transactional test allow atomic publish (`allow_atomic`). A restarted producer resends
+  a batch that ended info as one batch again (a `resend` op): ok when it is stored now,
+  ok with `duplicate` and offsets unknown when the leader rejects it for Msg-Ids the
+  stream holds (the batch was stored whole before), fail when it certainly stored nothing.
 
 nats-py is asyncio and the runner's workers are threads: every client's connection lives on
 the process's one event loop thread (`_Loop`), and `invoke` hands an op to it and waits for
@@ -101,7 +104,7 @@ from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.batch import version_tuple  # `batch` is also a parameter below
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.client import TOPIC_PREFIX, QueueClient, add_polled, complete, seek_back
-from logquake.workloads.generator import NODE
+from logquake.workloads.generator import NODE, RESEND
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
@@ -602,30 +605,44 @@ class JetStreamClient(QueueClient):
 
     async def _atxn(self, op: Op) -> Op:
         """One atomic batch of the transaction's sends (batch.py), tried again with a fresh
-        batch id while every earlier attempt certainly stored nothing."""
+        batch id while every earlier attempt certainly stored nothing. A restarted
+        producer's `resend` of a batch is the same batch again: ok when stored now, ok with
+        offsets unknown when the stream already holds its Msg-Ids (`batch.Held`)."""
         value = [list(m) for m in op.value]
         if (why := batch.refusal(value)) is not None:
             return complete(op, FAIL, value, error=why)
         sv = self._nc.connected_server_version
         if not batch.supports_atomic(version := f"{sv.major}.{sv.minor}.{sv.patch}"):
             return complete(op, FAIL, value, error=f"nats-server {version} has no atomic batch publish")
-        k = value[0][1]
+        if self.idempotent and not batch.supports_msg_ids(version):
+            return complete(op, FAIL, value, error=f"nats-server {version} takes no Nats-Msg-Id in a batch "
+                                                   f"(2.12.1 and later)")
+        k, values = value[0][1], [m[2] for m in value]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.op_timeout
+        sent = _Attempts()  # each attempt that may have stored the batch, for the duplicate window
         errors: list[str] = []
         while True:
-            outcome, why, again = await self._batch(k, [m[2] for m in value], abort=bool(op.get("abort")))
+            sent.note()
+            outcome, why, again = await self._batch(k, values, abort=bool(op.get("abort")), resend=op.f == RESEND)
             if isinstance(outcome, batch.Committed):
-                done = [["send", k, [off, m[2]]] for off, m in zip(outcome.offsets(), value, strict=True)]
-                return complete(op, OK, done)
+                done = [["send", k, [off, v]] for off, v in zip(outcome.offsets(), values, strict=True)]
+                return _with_attempts(complete(op, OK, done), sent, False)
+            if isinstance(outcome, batch.Held):
+                sent.stored_nothing()  # this attempt did not: the copy the stream holds is older
+                return _with_attempts(complete(op, OK, outcome.sends(k, values)), sent, True)
+            if outcome == FAIL:
+                sent.stored_nothing()
             errors.append(why)
             if not again or op.get("abort") or deadline - loop.time() < PUBLISH_TIMEOUT:
-                return complete(op, outcome, value, error="; ".join(errors[-3:]))
+                return _with_attempts(complete(op, outcome, value, error="; ".join(errors[-3:])), sent, False)
             await asyncio.sleep(RETRY_BACKOFF)
 
-    async def _batch(self, k: int, values: list[Any], *, abort: bool) -> tuple[batch.Committed | str, str, bool]:
-        """Publish one batch: (Committed, "", False) or (fail|info, why, whether to try again):
-        only after a certain non-store that another attempt might not meet."""
+    async def _batch(self, k: int, values: list[Any], *, abort: bool,
+                     resend: bool = False) -> tuple[batch.Committed | batch.Held | str, str, bool]:
+        """Publish one batch: (Committed, "", False), (Held, "", False) for a `resend` the
+        stream already holds, or (fail|info, why, whether to try again): only after a
+        certain non-store that another attempt might not meet."""
         bid = batch.new_id()
         for seq, v in enumerate(values, start=1):
             commit = seq == len(values) and not abort
@@ -644,6 +661,8 @@ class JetStreamClient(QueueClient):
             if isinstance(got, batch.Committed):
                 return got, "", False
             if isinstance(got, batch.Rejected):
+                if commit and resend and got.held:
+                    return batch.Held(), "", False
                 if got.code == batch.ATOMIC_DISABLED:
                     await self._ensure_atomic(k)
                 if not commit:

@@ -164,6 +164,19 @@ def test_cli_refuses_a_history_too_large_before_reading_it(big):
     assert p.returncode == 3 and "--max-memory" in p.stderr
 
 
+def test_cli_checks_with_stored_reads_under_a_small_limit_with_the_in_memory_verdict(big):
+    """`logquake check --max-memory` with room for the stored reads only: reads stored as
+    arrays, the verdict check_history gives on the history read plainly (40k ops, every bug)."""
+    size = big.stat().st_size
+    between = BASE + int((CHECK_PER_BYTE + STORED_CHECK_PER_BYTE) / 2 * size)
+    stored = cli("check", "--txn", "--json", "--max-memory", str(between), str(big))
+    assert "arrays" in stored.stderr
+    assert stored.returncode == 1, stored.stderr  # the planted bugs
+    in_memory = json.loads(json.dumps(check_history(load_history(big), CheckOptions(txn=True)), default=str))
+    assert untimed(json.loads(stored.stdout)) == untimed(in_memory)
+
+
+@pytest.mark.slow  # the same path as the test above, at the issue's size
 def test_cli_checks_200k_ops_with_stored_reads_under_a_small_limit_with_the_in_memory_verdict(tmp_path):
     """The issue's size: 200k ops with every bug planted, through `logquake check
     --max-memory` (reads stored as arrays) and check_history on the generated ops."""

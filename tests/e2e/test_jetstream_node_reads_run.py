@@ -10,7 +10,9 @@ import pytest
 
 from tests.e2e.test_run import _run
 
-pytestmark = pytest.mark.lab
+# Slow: the same assertions run in the default suite on the partition+kill run of
+# tests/e2e/test_jetstream_run.py (assert_every_node_read_everything).
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
 def test_a_jetstream_run_reports_the_final_read_of_every_node(tmp_path: Path) -> None:

@@ -28,6 +28,20 @@ def test_jetstream_under_partitions_and_kills_keeps_every_acknowledged_write(tmp
     assert {"start-partition", "start-kill"} <= faults, faults
     logs = {p.name for p in (run_dir / "nodes").rglob("nats-server.log")}
     assert logs, "the servers' logs were collected"
+    assert_every_node_read_everything(run_dir, res, history)
+
+
+def assert_every_node_read_everything(run_dir: Path, res: dict, history: list[dict]) -> None:
+    """The drain's final read from every node reaches results.json, the history and the report:
+    nodes killed or cut off were healed and given the recovery time, so each holds every value."""
+    nodes = res["final_read"]["nodes"]
+    assert sorted(nodes) == ["n1", "n2", "n3"], nodes
+    for node, entry in nodes.items():
+        assert entry["status"] == "complete" and entry["missing"] == 0, (node, entry)
+        assert entry["keys"] == res["final_read"]["keys"] and not entry["incomplete_keys"], (node, entry)
+    assert res["drain"]["node_reads"] == {"n1": True, "n2": True, "n3": True}
+    assert {op["node"] for op in history if op.get("final") and "node" in op} == {"n1", "n2", "n3"}
+    assert "final read from each node" in (run_dir / "report.html").read_text()
 
 
 def test_jetstream_transactions_are_atomic_batches_under_kills(tmp_path: Path) -> None:

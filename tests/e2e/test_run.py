@@ -74,7 +74,7 @@ def _client_ops(run_dir: Path) -> list[dict]:
 
 
 def test_a_short_run_without_faults_is_valid(tmp_path):
-    code, run_dir, res, out = _run(tmp_path, "--time-limit", "10", "--rate", "50", "--concurrency", "4",
+    code, run_dir, res, out = _run(tmp_path, "--time-limit", "6", "--rate", "50", "--concurrency", "4",
                                    "--seed", "1")
     _assert_valid(code, run_dir, res, out)
     ops = _client_ops(run_dir)

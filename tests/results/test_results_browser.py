@@ -71,11 +71,12 @@ def test_invalid_report_renders_in_chromium(browser, tmp_path: Path) -> None:
     run = make_run_dir(tmp_path, invalid_ops(), invalid_results())
     page, problems, requests = open_report(browser, write_report(run))
     try:
+        # The full page only: a shot of one element renders the whole page again (2-3 s each).
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True, timeout=120_000)
-        for part in ("summary", "anomalies", "keylogs", "timeline"):
-            shot(page, f"#{part}", tmp_path / f"{part}.png")
-        print(f"screenshots in {tmp_path}")
+        print(f"screenshot in {tmp_path}")
         assert problems == [] and requests == []
+        for part in ("summary", "anomalies", "keylogs", "timeline"):
+            assert page.locator(f"#{part}").is_visible(), part
         assert page.locator("#verdict").inner_text().strip().startswith("INVALID")
         for name in invalid_results()["anomalies"]:
             assert page.locator(f"#anomaly-{name}").is_visible()

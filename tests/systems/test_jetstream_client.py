@@ -61,6 +61,24 @@ def test_offsets_are_stream_sequences_and_polls_read_them_in_order(cluster):
         c.close()
 
 
+def test_a_poll_out_of_time_returns_what_it_read_and_the_next_goes_on(cluster):
+    # A loaded machine cannot read a whole batch within the op: the poll returns the part it
+    # read (here, with no budget at all, one message per key) rather than time out with none.
+    c = _client(cluster)
+    try:
+        for k in (5, 6):
+            assert all(_send(c, k, v).type == OK for v in (1, 2, 3))
+        c.client.read_budget = 0.0
+        assert c.invoke(_op("assign", [5, 6], seek_to_beginning=True)).type == OK
+        polls = [c.invoke(_op("poll", [["poll"]], final=True)) for _ in range(4)]
+        assert [p.type for p in polls] == [OK] * 4, polls
+        assert [p.value[0][1] for p in polls] == [
+            {"5": [[i, i]], "6": [[i, i]]} for i in (1, 2, 3)] + [{}]
+        assert [p.get("positions") for p in polls] == [{"5": i, "6": i} for i in (2, 3, 4, 4)]
+    finally:
+        c.close()
+
+
 def test_the_same_msg_id_twice_is_stored_once_and_acked_with_the_original_sequence(cluster):
     c = _client(cluster, producer={"idempotence": True})
     try:

@@ -297,6 +297,9 @@ class JetStreamClient(QueueClient):
         self._subs: dict[int, Any] = {}  # subscribe: key -> pull subscription on GROUP
         self._node: str | None = None  # the node a final read reads from, None: any
         self._not_held: set[int] = set()  # keys with no replica on that node
+        # How long an assigned poll goes on reading before it returns what it has: short
+        # enough that its last get (PUBLISH_TIMEOUT at most) still ends within op_timeout.
+        self.read_budget = max(self.op_timeout - PUBLISH_TIMEOUT, self.op_timeout / 2)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -702,7 +705,9 @@ class JetStreamClient(QueueClient):
         """assign: read every assigned stream onwards from this client's position; a key
         whose read failed goes to `unread` with what ended it, keeping what it read before."""
         got: dict[int, list[tuple[int, int]]] = {k: [] for k in self.assigned}
-        results = await asyncio.gather(*(self._read_key(k, got[k]) for k in self.assigned), return_exceptions=True)
+        deadline = asyncio.get_running_loop().time() + self.read_budget
+        results = await asyncio.gather(*(self._read_key(k, got[k], deadline) for k in self.assigned),
+                                       return_exceptions=True)
         for k, res in zip(self.assigned, results, strict=True):
             for seq, v in got[k]:
                 add_polled(polled, k, seq, v)
@@ -711,17 +716,28 @@ class JetStreamClient(QueueClient):
                 unread[k] = res
         return next(iter(unread.values()), None)
 
-    async def _read_key(self, k: int, got: list[tuple[int, int]]) -> None:
-        """Append to `got` key k's messages from this client's position on, in order."""
+    async def _read_key(self, k: int, got: list[tuple[int, int]], deadline: float) -> None:
+        """Append to `got` key k's messages from this client's position on, in order.
+
+        One get per message: on a loaded machine a whole batch of them can outlast the op,
+        and an op that times out returns nothing, so the next poll would start over from the
+        same place and a drain never reach the end. Past `deadline`, or when a get times out
+        after some were read, the poll returns what it read (a shorter batch, as a Kafka poll
+        may return) and the next one goes on from there."""
         if self._node is not None:
             got.extend(await self._read_key_on(k, self._node))
             return
+        loop = asyncio.get_running_loop()
         seq = self.position.get(k, FIRST_SEQ)
-        while len(got) < READ_BATCH:
+        while len(got) < READ_BATCH and not (got and loop.time() >= deadline):
             try:
                 msg = await self._js.get_msg(stream_name(k), seq=seq, subject=subject(k), next=True)
             except nats.js.errors.NotFoundError:
                 break  # no message at or after seq (or no stream yet): read up to the end
+            except nats.errors.TimeoutError:
+                if got:
+                    break
+                raise
             got.append((msg.seq, int(msg.data)))
             seq = msg.seq + 1
 

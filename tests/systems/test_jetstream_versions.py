@@ -23,6 +23,7 @@ from logquake.systems import NODE_READS
 from logquake.systems.jetstream import JETSTREAM, batch
 from logquake.systems.jetstream.client import node_reads_refusal
 from logquake.systems.jetstream.server import server_version
+from logquake.systems.jetstream.system import transactions_refusal
 from logquake.workloads import WORKLOADS
 from tests.checker.histories import H
 from tests.checker.test_final_read_nodes import final_read, three_sends
@@ -94,6 +95,17 @@ def test_the_cli_refuses_the_queues_exactly_once_there_in_one_line(tmp_path: Pat
     line = _refused(tmp_path, "--guarantee", "exactly-once",
                     yaml=f"system: jetstream\njetstream: {{binary: {OLD_SERVER}}}\n")
     assert f"ConfigError: guarantee: nats-server {server_version(str(OLD_SERVER))}" in line, line
+
+
+@pytest.mark.parametrize(("version", "why"), [
+    ("v2.9.10", "has no atomic batch publish"),
+    ("v2.12.0", "takes no Nats-Msg-Id in an atomic batch, which a transactional producer sends "
+                "(nats-server 2.12.1 and later)"),
+    ("v2.12.1", None), ("v2.15.1", None),
+])
+def test_transactions_need_atomic_batches_that_take_msg_ids(version: str, why: str | None) -> None:
+    refusal = transactions_refusal("/bin/nats-server", version)
+    assert refusal == why if why is None else why in refusal and version in refusal, refusal
 
 
 # -- the drain's reads from each node need 2.11+ (message tracing): skipped, saying why ------

@@ -45,7 +45,8 @@ HERE = Path(__file__).resolve().parent
 INTERVAL = 10.0
 THRESHOLD_PER_HOUR = 0.2  # growth by a fifth of the series' median each hour counts as unbounded
 MIN_SAMPLES = 6  # fewer main-phase samples (a broker killed soon after it started) are not judged
-NEMESIS = "partition,kill,pause,clock,disk"
+# JetStream refuses clock faults: nats-server reads the clock through the vDSO (systems/jetstream).
+NEMESIS = {"kafka": "partition,kill,pause,clock,disk", "jetstream": "partition,kill,pause,disk"}
 HARNESS, HISTORY = "harness", "history"
 MAIN = "main"  # the runner's phase with workload and faults (logquake.workloads.generator.MAIN)
 METRICS = {"rss_mb": "resident memory (MB)", "fds": "open file descriptors", "threads": "threads",
@@ -248,7 +249,8 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     seconds = a.minutes * 60.0
-    argv = [sys.executable, "-m", "logquake", "run", "--workload", "queue", "--txn", "--nemesis", a.nemesis,
+    argv = [sys.executable, "-m", "logquake", "run", "--system", a.system, "--workload", "queue", "--txn",
+            "--nemesis", a.nemesis,
             "--time-limit", f"{seconds:g}", "--rate", f"{a.rate:g}", "--concurrency", str(a.concurrency),
             "--nodes", str(a.nodes), "--backend", "lab", "--name", "soak", "--results-dir", str(out / "run")]
     if a.nemesis_interval is not None:
@@ -315,6 +317,93 @@ def write_plot(path: Path, samples: Sequence[Sample], threshold: float) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
+_COLOURS = {HARNESS: "#1f77b4", "broker": "#d62728", "nats-server": "#9467bd", "lazyfs": "#2ca02c",
+            HISTORY: "#555555"}
+SVG_POINTS = 120  # per line: enough to see a trend or a sawtooth, small enough to commit
+
+
+def _kind(process: str) -> str:
+    return process.split("/", 1)[-1]
+
+
+def _bands(samples: Sequence[Sample], kind: str, metric: str) -> list[tuple[float, float, float, float]]:
+    """[(t, min, median, max) over the kind's processes at each sample time], thinned to
+    SVG_POINTS by taking each bucket's extremes and middle median (so a spike or a tooth stays)."""
+    by_t: dict[float, list[float]] = {}
+    for s in samples:
+        if s.metric == metric and _kind(s.process) == kind:
+            by_t.setdefault(s.t, []).append(s.value)
+    rows = [(t, min(v), statistics.median(v), max(v)) for t, v in sorted(by_t.items())]
+    step = max(1, math.ceil(len(rows) / SVG_POINTS))
+    return [(b[len(b) // 2][0], min(r[1] for r in b), b[len(b) // 2][2], max(r[3] for r in b))
+            for b in (rows[i:i + step] for i in range(0, len(rows), step))]
+
+
+def _panel(rows: Sequence[tuple[float, float, float, float]], *, x0: int, y0: int, w: int, h: int,
+           t_max: float, main: tuple[float, float] | None, label: str, colour: str) -> list[str]:
+    """One kind's one metric on its own scale: the median line, the nodes' min-max band."""
+    hi = max((r[3] for r in rows), default=1.0) * 1.05 or 1.0
+
+    def xy(t: float, v: float) -> str:
+        return f"{x0 + w * t / t_max:.1f},{y0 + h - h * v / hi:.1f}"
+
+    out = [f'<text x="{x0}" y="{y0 - 4}">{label}</text>']
+    if main:
+        out.append(f'<rect x="{x0 + w * main[0] / t_max:.1f}" y="{y0}" width="{w * (main[1] - main[0]) / t_max:.1f}" '
+                   f'height="{h}" fill="#000" fill-opacity="0.05"/>')
+    out.append(f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>')
+    out.append(f'<text x="{x0 - 3}" y="{y0 + 9}" text-anchor="end">{hi:,.{0 if hi >= 10 else 1}f}</text>'
+               f'<text x="{x0 - 3}" y="{y0 + h}" text-anchor="end">0</text>')
+    if any(r[1] != r[3] for r in rows):
+        edge = [xy(r[0], r[3]) for r in rows] + [xy(r[0], r[1]) for r in reversed(rows)]
+        out.append(f'<polygon points="{" ".join(edge)}" fill="{colour}" fill-opacity="0.2"/>')
+    out.append(f'<polyline points="{" ".join(xy(r[0], r[2]) for r in rows)}" fill="none" stroke="{colour}" '
+               'stroke-width="1.2"/>')
+    return out
+
+
+def write_svg(path: Path, samples: Sequence[Sample], title: str) -> None:
+    """A small static figure for the README (plotly's HTML carries megabytes of JS and no PNG
+    export offline): a column per kind of process, each on its own scale (the harness's
+    hundreds of descriptors would flatten a broker's tens), a row per metric; the line is the
+    median over the nodes, the band their min-max; the main phase shaded."""
+    kinds = [HARNESS, *sorted({_kind(s.process) for s in samples} - {HARNESS, HISTORY})]
+    metrics = [m for m in ("rss_mb", "fds", "threads") if any(s.metric == m for s in samples)]
+    w, h, left, top, gap_x, gap_y = 230, 100, 45, 58, 50, 30
+    t_max = max((s.t for s in samples), default=1.0) or 1.0
+    main_t = [s.t for s in samples if s.phase == MAIN]
+    main = (min(main_t), max(main_t)) if main_t else None
+    rows = len(metrics) + 1  # and the history, in the first column
+    width, height = left + len(kinds) * (w + gap_x), top + rows * (h + gap_y) + 20
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           f'font-size="11"><rect width="100%" height="100%" fill="#fff"/>',
+           *(f'<text x="{left}" y="{16 + 15 * i}" font-size="12">{t}</text>' for i, t in enumerate(title.split("\n")))]
+    for c, kind in enumerate(kinds):
+        for r, metric in enumerate(metrics):
+            out += _panel(_bands(samples, kind, metric), x0=left + c * (w + gap_x), y0=top + r * (h + gap_y), w=w,
+                          h=h, t_max=t_max, main=main, label=f"{kind}: {METRICS[metric]}", colour=_COLOURS.get(kind, "#ff7f0e"))
+    out += _panel(_bands(samples, HISTORY, "history_mb"), x0=left, y0=top + len(metrics) * (h + gap_y), w=w, h=h,
+                  t_max=t_max, main=main, label=METRICS["history_mb"], colour=_COLOURS[HISTORY])
+    step = 10 if t_max > 1200 else 1
+    bottom = top + rows * (h + gap_y) - gap_y
+    out += [f'<text x="{left + w * m * 60 / t_max:.1f}" y="{bottom + 13}" text-anchor="middle">{m}</text>'
+            for m in range(0, int(t_max / 60) + 1, step)]
+    out.append(f'<text x="{left + w}" y="{bottom + 26}" text-anchor="end">minutes</text></svg>')
+    path.write_text("\n".join(out) + "\n")
+
+
+def _title(out: Path) -> str:
+    """The figure's title, from the run's command.txt: which system, how long, which faults."""
+    try:
+        argv = (out / "command.txt").read_text().split()
+    except OSError:
+        return "logquake soak"
+    opt = {k: v for k, v in zip(argv, argv[1:], strict=False) if k.startswith("--")}
+    return (f"logquake soak: {opt.get('--system', 'kafka')}, queue --txn, {float(opt.get('--time-limit', 0)) / 60:g} min "
+            f"under {opt.get('--nemesis', '?')}\nmain phase shaded; each panel on its own scale; line: median over "
+            "the nodes, band: their min-max")
+
+
 def show(console, growths: Sequence[Growth], threshold: float) -> None:
     from rich.table import Table
 
@@ -356,7 +445,10 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="target ops/s (default 100, the run's default)")
     ap.add_argument("--concurrency", type=int, default=10)
     ap.add_argument("--nodes", type=int, default=5)
-    ap.add_argument("--nemesis", default=NEMESIS)
+    ap.add_argument("--system", choices=sorted(NEMESIS), default="kafka",
+                    help="kafka (the embedded brokers, default) or jetstream (nats-server; txns are atomic batches)")
+    ap.add_argument("--nemesis", help="faults (default every one the system takes: "
+                    + "; ".join(f"{k} {v}" for k, v in NEMESIS.items()) + ")")
     ap.add_argument("--nemesis-interval", type=float, help="mean s between fault flips (default the run's)")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--out", type=Path, help="output directory (default benchmarks/results/soak-<UTC time>)")
@@ -364,6 +456,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.quick:
         a.minutes = 3.0
+    a.nemesis = a.nemesis or NEMESIS[a.system]
     for name in ("minutes", "interval", "rate"):
         if not getattr(a, name) > 0:
             ap.error(f"--{name} must be positive, got {getattr(a, name):g}")
@@ -380,11 +473,12 @@ def main() -> int:
         samples, results, rc = soak(a, out)
         write_csv(out / "soak.csv", samples)
     write_plot(out / "soak.html", samples, a.threshold)
+    write_svg(out / "soak.svg", samples, _title(out))
     growths = judge(samples, threshold=a.threshold)
     show(console, growths, a.threshold)
     for k, v in summary(samples).items():
         console.print(f"{k}: {v:,.1f}")
-    console.print(f"wrote {out / 'soak.csv'} and {out / 'soak.html'}")
+    console.print(f"wrote {out / 'soak.csv'}, {out / 'soak.html'} and {out / 'soak.svg'}")
     failed = False
     for g in growths:
         if g.grows:

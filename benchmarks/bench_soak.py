@@ -50,7 +50,8 @@ NEMESIS = {"kafka": "partition,kill,pause,clock,disk", "jetstream": "partition,k
 HARNESS, HISTORY = "harness", "history"
 MAIN = "main"  # the runner's phase with workload and faults (logquake.workloads.generator.MAIN)
 METRICS = {"rss_mb": "resident memory (MB)", "fds": "open file descriptors", "threads": "threads",
-           "history_mb": "history (MB)", "history_lines": "history (lines: invocations and completions)"}
+           "history_mb": "history (MB)", "history_lines": "history (lines: invocations and completions)",
+           "keys": "keys written (a topic or stream each)"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,6 +176,7 @@ class _Tail:
 
 
 # The runner's Stats.enter logs each phase it enters; harness.log's layout is results/store.py's.
+_SENT_KEY = re.compile(rb'\["send",(\d+),')
 _PHASE = re.compile(r" logquake\.runner \[[^\]]*\] phase (\w+)$")
 
 
@@ -183,7 +185,7 @@ class _RunWatch:
 
     def __init__(self, results: Path) -> None:
         self.results, self.dir = results, None
-        self.phase, self.lines = "setup", 0
+        self.phase, self.lines, self.keys = "setup", 0, 0
         self._log: _Tail | None = None
         self._history: _Tail | None = None
 
@@ -197,7 +199,11 @@ class _RunWatch:
         for line in self._log.read().decode(errors="replace").splitlines():
             if m := _PHASE.search(line):
                 self.phase = m[1]
-        self.lines += self._history.read().count(b"\n")
+        got = self._history.read()
+        self.lines += got.count(b"\n")
+        # Keys are fresh integers (workloads/generator.py): the highest one sent counts them, and
+        # every key is a topic (a stream) that stays, so the nodes' descriptors follow it.
+        self.keys = max([self.keys, *(int(k) + 1 for k in _SENT_KEY.findall(got))])
 
     def history_bytes(self) -> int:
         try:
@@ -241,6 +247,7 @@ def sample_once(t: float, harness: int, watch: _RunWatch) -> list[Sample]:
     out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="history_mb",
                       value=round(watch.history_bytes() / 2**20, 3)))
     out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="history_lines", value=float(watch.lines)))
+    out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="keys", value=float(watch.keys)))
     return out
 
 
@@ -382,8 +389,9 @@ def write_svg(path: Path, samples: Sequence[Sample], title: str) -> None:
         for r, metric in enumerate(metrics):
             out += _panel(_bands(samples, kind, metric), x0=left + c * (w + gap_x), y0=top + r * (h + gap_y), w=w,
                           h=h, t_max=t_max, main=main, label=f"{kind}: {METRICS[metric]}", colour=_COLOURS.get(kind, "#ff7f0e"))
-    out += _panel(_bands(samples, HISTORY, "history_mb"), x0=left, y0=top + len(metrics) * (h + gap_y), w=w, h=h,
-                  t_max=t_max, main=main, label=METRICS["history_mb"], colour=_COLOURS[HISTORY])
+    for c, metric in enumerate(m for m in ("history_mb", "keys") if any(s.metric == m for s in samples)):
+        out += _panel(_bands(samples, HISTORY, metric), x0=left + c * (w + gap_x), y0=top + len(metrics) * (h + gap_y),
+                      w=w, h=h, t_max=t_max, main=main, label=METRICS[metric], colour=_COLOURS[HISTORY])
     step = 10 if t_max > 1200 else 1
     bottom = top + rows * (h + gap_y) - gap_y
     out += [f'<text x="{left + w * m * 60 / t_max:.1f}" y="{bottom + 13}" text-anchor="middle">{m}</text>'

@@ -119,3 +119,19 @@ def test_a_malformed_csv_line_is_named(tmp_path: Path) -> None:
     path.write_text("t,value\n")
     with pytest.raises(ValueError, match="line 1: expected the columns"):
         read_csv(path)
+
+
+def test_the_run_watch_counts_whole_lines_once_and_the_keys_sent(tmp_path: Path) -> None:
+    run = tmp_path / "soak" / "20261202T000000.000Z"
+    run.mkdir(parents=True)
+    lines = ['{"index":0,"type":"invoke","f":"send","value":[["send",4,1]]}',
+             '{"index":1,"type":"invoke","f":"txn","value":[["poll"],["send",11,1],["send",2,7]]}',
+             '{"index":2,"type":"invoke","f":"assign","value":[30,31]}']
+    (run / "history.jsonl").write_text(lines[0] + "\n" + lines[1][:20])  # the writer is mid-line
+    (run / "harness.log").write_text("2026-12-02 00:00:01,000 INFO logquake.runner [MainThread] phase main\n")
+    watch = bench_soak._RunWatch(tmp_path / "soak")
+    watch.poll()
+    assert (watch.phase, watch.lines, watch.keys) == (MAIN, 1, 5)
+    (run / "history.jsonl").write_text("\n".join(lines) + "\n")
+    watch.poll()
+    assert (watch.lines, watch.keys) == (3, 12)  # an assign names keys but makes no topic

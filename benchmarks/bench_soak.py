@@ -1,12 +1,14 @@
 """Soak: one long `logquake run` under every fault, watched for growth that has no bound.
 
 One run of the queue workload with transactions against the lab's embedded brokers, under
-partition, kill, pause, clock and disk faults. Every `--interval` s (10) this script samples,
-with psutil, the harness process and every process named by a pid file in a node's directory
-(the broker, and LazyFS while disk faults are on): resident memory, open file descriptors and
-threads; and the history's size (bytes and lines) and the run's phase (harness.log's last
-`phase` line). It writes DIR/soak.csv (one row per sample and metric), DIR/soak.html (plotly,
-self-contained: no PNG export offline) and the run's own directory under DIR/run/.
+partition, kill, pause, clock and disk faults; or (`--system jetstream`) against nats-server,
+whose transactions are atomic batches, under the same faults but the clock (which JetStream
+refuses). Every `--interval` s (10) this script samples, with psutil, the harness process and
+every process named by a pid file in a node's directory (broker or nats-server, and LazyFS
+with disk faults): resident memory, open file descriptors and threads; and the history's size
+(bytes, lines, keys written) and the run's phase (harness.log's last `phase` line). It writes
+DIR/soak.csv (one row per sample and metric, as it samples), DIR/soak.html (plotly,
+self-contained), DIR/soak.svg (a small static figure) and the run's own directory, DIR/run/.
 
 Growth without bound, judged per process (a killed broker's successor is a new series) and
 metric over the samples of the main phase, is a least-squares slope over the last half of
@@ -22,7 +24,7 @@ hour, so read a `--quick` run's failures as leads, the hour-long one as the verd
 Exits 1, naming each series that grows and its slope, when anything grows or the verdict is
 not valid; 3 when the run could not run. `--judge CSV` judges (and plots) a CSV again.
 
-    .venv/bin/python benchmarks/bench_soak.py [--minutes 60] [--quick] [--out DIR]
+    .venv/bin/python benchmarks/bench_soak.py [--system jetstream] [--minutes 60] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -127,12 +129,15 @@ def judge(samples: Iterable[Sample], *, threshold: float = THRESHOLD_PER_HOUR) -
 _COLUMNS = [f.name for f in fields(Sample)]
 
 
+def _row(s: Sample) -> list:
+    return [getattr(s, c) for c in _COLUMNS]
+
+
 def write_csv(path: Path, samples: Iterable[Sample]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(_COLUMNS)
-        for s in samples:
-            w.writerow([getattr(s, c) for c in _COLUMNS])
+        w.writerows(map(_row, samples))
 
 
 def read_csv(path: Path) -> list[Sample]:
@@ -252,7 +257,8 @@ def sample_once(t: float, harness: int, watch: _RunWatch) -> list[Sample]:
 
 
 def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, int]:
-    """Run the test, sampling while it lasts: (samples, results.json or None, its exit code)."""
+    """Run the test, sampling while it lasts: (samples, results.json or None, its exit code).
+    soak.csv grows as it samples, so an hour cut short still leaves what it measured."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     seconds = a.minutes * 60.0
@@ -266,9 +272,12 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
         argv += ["--seed", str(a.seed)]
     (out / "command.txt").write_text(" ".join(argv) + "\n")
     watch, samples = _RunWatch(out / "run" / "soak"), []
-    with open(out / "run.log", "wb") as log, Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with open(out / "run.log", "wb") as log, open(out / "soak.csv", "w", newline="", encoding="utf-8") as table, \
+            bar as progress:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        rows = csv.writer(table)
+        rows.writerow(_COLUMNS)
         task = progress.add_task("soak", total=seconds)
         t0 = time.monotonic()
         due = t0
@@ -277,6 +286,8 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
             if now >= due:
                 got = sample_once(round(now - t0, 3), proc.pid, watch)
                 samples += got
+                rows.writerows(map(_row, got))
+                table.flush()
                 rss = next((s.value for s in got if s.process == HARNESS and s.metric == "rss_mb"), 0.0)
                 progress.update(task, completed=min(seconds, now - t0), description=(
                     f"{watch.phase}: {watch.lines:,} history lines, harness {rss:.0f} MB, "
@@ -479,7 +490,6 @@ def main() -> int:
         out = a.out or HERE / "results" / datetime.now(UTC).strftime("soak-%Y-%m-%dT%H%M%S")
         out.mkdir(parents=True, exist_ok=True)
         samples, results, rc = soak(a, out)
-        write_csv(out / "soak.csv", samples)
     write_plot(out / "soak.html", samples, a.threshold)
     write_svg(out / "soak.svg", samples, _title(out))
     growths = judge(samples, threshold=a.threshold)

@@ -385,7 +385,7 @@ def write_svg(path: Path, samples: Sequence[Sample], title: str) -> None:
     export offline): a column per kind of process, each on its own scale (the harness's
     hundreds of descriptors would flatten a broker's tens), a row per metric; the line is the
     median over the nodes, the band their min-max; the main phase shaded."""
-    kinds = [HARNESS, *sorted({_kind(s.process) for s in samples} - {HARNESS, HISTORY})]
+    kinds = [HARNESS, *sorted({_kind(s.process) for s in samples} - {HARNESS, HISTORY}, key=lambda k: (k == "lazyfs", k))]
     metrics = [m for m in ("rss_mb", "fds", "threads") if any(s.metric == m for s in samples)]
     w, h, left, top, gap_x, gap_y = 230, 100, 45, 58, 50, 30
     t_max = max((s.t for s in samples), default=1.0) or 1.0

@@ -135,3 +135,17 @@ def test_the_run_watch_counts_whole_lines_once_and_the_keys_sent(tmp_path: Path)
     (run / "history.jsonl").write_text("\n".join(lines) + "\n")
     watch.poll()
     assert (watch.lines, watch.keys) == (3, 12)  # an assign names keys but makes no topic
+
+
+def test_the_figure_thins_each_line_but_keeps_its_spikes_and_is_svg(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    samples = [Sample(t=t, phase=MAIN, process=f"n{n}/broker", pid=n, metric="fds",
+                      value=500.0 if (t, n) == (5000.0, 2) else 40.0 + n) for t in _times(1000) for n in (1, 2, 3)]
+    rows = bench_soak._bands(samples, "broker", "fds")
+    assert len(rows) <= bench_soak.SVG_POINTS
+    assert max(r[3] for r in rows) == 500 and min(r[1] for r in rows) == 41 and {r[2] for r in rows} == {42}
+    bench_soak.write_svg(tmp_path / "soak.svg", _samples() + samples, "a\nb")
+    svg = ET.parse(tmp_path / "soak.svg").getroot()
+    assert len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2 * 2 + 1  # harness, broker x rss, fds; history
+    assert (tmp_path / "soak.svg").stat().st_size < 50_000

@@ -110,14 +110,29 @@ def growth(series: str, times: Sequence[float], values: Sequence[float], *,
 
 
 def judge(samples: Iterable[Sample], *, threshold: float = THRESHOLD_PER_HOUR) -> list[Growth]:
-    """The detector over every process's every metric in the main phase (not the history's)."""
-    series: dict[tuple[str, int, str], list[Sample]] = {}
-    for s in samples:
-        if s.phase == MAIN and s.process != HISTORY:
-            series.setdefault((s.process, s.pid, s.metric), []).append(s)
+    """The detector over every process's every metric in the main phase (not the history's).
+
+    A process is judged alone only when it lived through at least half of the main phase: a
+    broker the kill fault restarts every few minutes spends its short life warming up (reading
+    its logs back, clients reconnecting), and that climb extrapolated to an hour is no trend.
+    A node whose process was restarted is judged as well across its processes (pid `*`), a
+    sawtooth whose teeth rise only when what each new process must hold keeps growing."""
+    main = sorted((s for s in samples if s.phase == MAIN and s.process != HISTORY), key=lambda s: s.t)
+    if not main:
+        return []
+    span = main[-1].t - main[0].t
+    series: dict[tuple[str, str, str], list[Sample]] = {}
+    pids: dict[str, set[int]] = {}
+    for s in main:
+        series.setdefault((s.process, str(s.pid), s.metric), []).append(s)
+        pids.setdefault(s.process, set()).add(s.pid)
+    for s in main:
+        if len(pids[s.process]) > 1:
+            series.setdefault((s.process, "*", s.metric), []).append(s)
     out = []
     for (process, pid, metric), got in sorted(series.items()):
-        got.sort(key=lambda s: s.t)
+        if got[-1].t - got[0].t < span / 2:
+            continue
         g = growth(f"{process}[{pid}] {metric}", [s.t for s in got], [s.value for s in got], threshold=threshold)
         if g is not None:
             out.append(g)

@@ -99,9 +99,19 @@ def _samples() -> list[Sample]:
 
 def test_judge_takes_each_process_apart_in_the_main_phase_and_skips_the_history() -> None:
     growths = {g.series: g for g in judge(_samples())}
-    assert set(growths) == {"harness[7] rss_mb", "n1/broker[11] fds", "n1/broker[12] fds", "n2/broker[13] rss_mb"}
+    # n1's broker restarted halfway: each process lived too little to be judged alone, the node is.
+    assert set(growths) == {"harness[7] rss_mb", "n1/broker[*] fds", "n2/broker[13] rss_mb"}
     assert [s for s, g in growths.items() if g.grows] == ["n2/broker[13] rss_mb"]
     assert growths["harness[7] rss_mb"].samples == 25  # the last half of 50 main-phase samples
+
+
+def test_a_restarted_process_warming_up_is_no_trend_unless_each_restart_starts_higher() -> None:
+    def node(step: float) -> list[Sample]:
+        # A broker killed every 5 minutes, each climbing 40 MB in its short life, starting `step` higher.
+        return [Sample(t=t, phase=MAIN, process="n1/broker", pid=int(t // 300), metric="rss_mb",
+                       value=60 + step * (t // 300) + 40 * (t % 300) / 300) for t in _times()]
+    assert not any(g.grows for g in judge(node(0.0)))
+    assert [g.series for g in judge(node(5.0)) if g.grows] == ["n1/broker[*] rss_mb"]
 
 
 def test_the_csv_round_trips(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ with disk faults): resident memory, open file descriptors and threads; and the h
 DIR/soak.csv (one row per sample and metric, as it samples), DIR/soak.html (plotly,
 self-contained), DIR/soak.svg (a small static figure) and the run's own directory, DIR/run/.
 
-Growth without bound, judged per process (a killed broker's successor is a new series) and
-metric over the samples of the main phase, is a least-squares slope over the last half of
-them above THRESHOLD_PER_HOUR times their median per hour by more than two standard errors:
+Growth without bound, judged per process and metric over the samples of the main phase (a
+process that lived less than half of it alone, a restarted node across its processes: see
+`judge`), is a least-squares slope over the last half of them above THRESHOLD_PER_HOUR times their median per hour by more than two standard errors:
 the first half is the warm-up (connections, caches, the interpreter's arenas), the last half
 is where a leak shows as a trend rather than a level, and a slope within the series' noise
 is no trend. A sawtooth (a GC, a buffer that fills and flushes) fits a slope

@@ -1,16 +1,18 @@
 """Soak: one long `logquake run` under every fault, watched for growth that has no bound.
 
 One run of the queue workload with transactions against the lab's embedded brokers, under
-partition, kill, pause, clock and disk faults. Every `--interval` s (10) this script samples,
-with psutil, the harness process and every process named by a pid file in a node's directory
-(the broker, and LazyFS while disk faults are on): resident memory, open file descriptors and
-threads; and the history's size (bytes and lines) and the run's phase (harness.log's last
-`phase` line). It writes DIR/soak.csv (one row per sample and metric), DIR/soak.html (plotly,
-self-contained: no PNG export offline) and the run's own directory under DIR/run/.
+partition, kill, pause, clock and disk faults; or (`--system jetstream`) against nats-server,
+whose transactions are atomic batches, under the same faults but the clock (which JetStream
+refuses). Every `--interval` s (10) this script samples, with psutil, the harness process and
+every process named by a pid file in a node's directory (broker or nats-server, and LazyFS
+with disk faults): resident memory, open file descriptors and threads; and the history's size
+(bytes, lines, keys written) and the run's phase (harness.log's last `phase` line). It writes
+DIR/soak.csv (one row per sample and metric, as it samples), DIR/soak.html (plotly,
+self-contained), DIR/soak.svg (a small static figure) and the run's own directory, DIR/run/.
 
-Growth without bound, judged per process (a killed broker's successor is a new series) and
-metric over the samples of the main phase, is a least-squares slope over the last half of
-them above THRESHOLD_PER_HOUR times their median per hour by more than two standard errors:
+Growth without bound, judged per process and metric over the samples of the main phase (a
+process that lived less than half of it alone, a restarted node across its processes: see
+`judge`), is a least-squares slope over the last half of them above THRESHOLD_PER_HOUR times their median per hour by more than two standard errors:
 the first half is the warm-up (connections, caches, the interpreter's arenas), the last half
 is where a leak shows as a trend rather than a level, and a slope within the series' noise
 is no trend. A sawtooth (a GC, a buffer that fills and flushes) fits a slope
@@ -22,7 +24,7 @@ hour, so read a `--quick` run's failures as leads, the hour-long one as the verd
 Exits 1, naming each series that grows and its slope, when anything grows or the verdict is
 not valid; 3 when the run could not run. `--judge CSV` judges (and plots) a CSV again.
 
-    .venv/bin/python benchmarks/bench_soak.py [--minutes 60] [--quick] [--out DIR]
+    .venv/bin/python benchmarks/bench_soak.py [--system jetstream] [--minutes 60] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -45,11 +47,13 @@ HERE = Path(__file__).resolve().parent
 INTERVAL = 10.0
 THRESHOLD_PER_HOUR = 0.2  # growth by a fifth of the series' median each hour counts as unbounded
 MIN_SAMPLES = 6  # fewer main-phase samples (a broker killed soon after it started) are not judged
-NEMESIS = "partition,kill,pause,clock,disk"
+# JetStream refuses clock faults: nats-server reads the clock through the vDSO (systems/jetstream).
+NEMESIS = {"kafka": "partition,kill,pause,clock,disk", "jetstream": "partition,kill,pause,disk"}
 HARNESS, HISTORY = "harness", "history"
 MAIN = "main"  # the runner's phase with workload and faults (logquake.workloads.generator.MAIN)
 METRICS = {"rss_mb": "resident memory (MB)", "fds": "open file descriptors", "threads": "threads",
-           "history_mb": "history (MB)", "history_lines": "history (lines: invocations and completions)"}
+           "history_mb": "history (MB)", "history_lines": "history (lines: invocations and completions)",
+           "keys": "keys written (a topic or stream each)"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,14 +110,29 @@ def growth(series: str, times: Sequence[float], values: Sequence[float], *,
 
 
 def judge(samples: Iterable[Sample], *, threshold: float = THRESHOLD_PER_HOUR) -> list[Growth]:
-    """The detector over every process's every metric in the main phase (not the history's)."""
-    series: dict[tuple[str, int, str], list[Sample]] = {}
-    for s in samples:
-        if s.phase == MAIN and s.process != HISTORY:
-            series.setdefault((s.process, s.pid, s.metric), []).append(s)
+    """The detector over every process's every metric in the main phase (not the history's).
+
+    A process is judged alone only when it lived through at least half of the main phase: a
+    broker the kill fault restarts every few minutes spends its short life warming up (reading
+    its logs back, clients reconnecting), and that climb extrapolated to an hour is no trend.
+    A node whose process was restarted is judged as well across its processes (pid `*`), a
+    sawtooth whose teeth rise only when what each new process must hold keeps growing."""
+    main = sorted((s for s in samples if s.phase == MAIN and s.process != HISTORY), key=lambda s: s.t)
+    if not main:
+        return []
+    span = main[-1].t - main[0].t
+    series: dict[tuple[str, str, str], list[Sample]] = {}
+    pids: dict[str, set[int]] = {}
+    for s in main:
+        series.setdefault((s.process, str(s.pid), s.metric), []).append(s)
+        pids.setdefault(s.process, set()).add(s.pid)
+    for s in main:
+        if len(pids[s.process]) > 1:
+            series.setdefault((s.process, "*", s.metric), []).append(s)
     out = []
     for (process, pid, metric), got in sorted(series.items()):
-        got.sort(key=lambda s: s.t)
+        if got[-1].t - got[0].t < span / 2:
+            continue
         g = growth(f"{process}[{pid}] {metric}", [s.t for s in got], [s.value for s in got], threshold=threshold)
         if g is not None:
             out.append(g)
@@ -125,12 +144,15 @@ def judge(samples: Iterable[Sample], *, threshold: float = THRESHOLD_PER_HOUR) -
 _COLUMNS = [f.name for f in fields(Sample)]
 
 
+def _row(s: Sample) -> list:
+    return [getattr(s, c) for c in _COLUMNS]
+
+
 def write_csv(path: Path, samples: Iterable[Sample]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(_COLUMNS)
-        for s in samples:
-            w.writerow([getattr(s, c) for c in _COLUMNS])
+        w.writerows(map(_row, samples))
 
 
 def read_csv(path: Path) -> list[Sample]:
@@ -174,6 +196,7 @@ class _Tail:
 
 
 # The runner's Stats.enter logs each phase it enters; harness.log's layout is results/store.py's.
+_SENT_KEY = re.compile(rb'\["send",(\d+),')
 _PHASE = re.compile(r" logquake\.runner \[[^\]]*\] phase (\w+)$")
 
 
@@ -182,7 +205,7 @@ class _RunWatch:
 
     def __init__(self, results: Path) -> None:
         self.results, self.dir = results, None
-        self.phase, self.lines = "setup", 0
+        self.phase, self.lines, self.keys = "setup", 0, 0
         self._log: _Tail | None = None
         self._history: _Tail | None = None
 
@@ -196,7 +219,11 @@ class _RunWatch:
         for line in self._log.read().decode(errors="replace").splitlines():
             if m := _PHASE.search(line):
                 self.phase = m[1]
-        self.lines += self._history.read().count(b"\n")
+        got = self._history.read()
+        self.lines += got.count(b"\n")
+        # Keys are fresh integers (workloads/generator.py): the highest one sent counts them, and
+        # every key is a topic (a stream) that stays, so the nodes' descriptors follow it.
+        self.keys = max([self.keys, *(int(k) + 1 for k in _SENT_KEY.findall(got))])
 
     def history_bytes(self) -> int:
         try:
@@ -240,15 +267,18 @@ def sample_once(t: float, harness: int, watch: _RunWatch) -> list[Sample]:
     out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="history_mb",
                       value=round(watch.history_bytes() / 2**20, 3)))
     out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="history_lines", value=float(watch.lines)))
+    out.append(Sample(t=t, phase=watch.phase, process=HISTORY, pid=0, metric="keys", value=float(watch.keys)))
     return out
 
 
 def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, int]:
-    """Run the test, sampling while it lasts: (samples, results.json or None, its exit code)."""
+    """Run the test, sampling while it lasts: (samples, results.json or None, its exit code).
+    soak.csv grows as it samples, so an hour cut short still leaves what it measured."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     seconds = a.minutes * 60.0
-    argv = [sys.executable, "-m", "logquake", "run", "--workload", "queue", "--txn", "--nemesis", a.nemesis,
+    argv = [sys.executable, "-m", "logquake", "run", "--system", a.system, "--workload", "queue", "--txn",
+            "--nemesis", a.nemesis,
             "--time-limit", f"{seconds:g}", "--rate", f"{a.rate:g}", "--concurrency", str(a.concurrency),
             "--nodes", str(a.nodes), "--backend", "lab", "--name", "soak", "--results-dir", str(out / "run")]
     if a.nemesis_interval is not None:
@@ -257,9 +287,12 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
         argv += ["--seed", str(a.seed)]
     (out / "command.txt").write_text(" ".join(argv) + "\n")
     watch, samples = _RunWatch(out / "run" / "soak"), []
-    with open(out / "run.log", "wb") as log, Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with open(out / "run.log", "wb") as log, open(out / "soak.csv", "w", newline="", encoding="utf-8") as table, \
+            bar as progress:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        rows = csv.writer(table)
+        rows.writerow(_COLUMNS)
         task = progress.add_task("soak", total=seconds)
         t0 = time.monotonic()
         due = t0
@@ -268,6 +301,8 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
             if now >= due:
                 got = sample_once(round(now - t0, 3), proc.pid, watch)
                 samples += got
+                rows.writerows(map(_row, got))
+                table.flush()
                 rss = next((s.value for s in got if s.process == HARNESS and s.metric == "rss_mb"), 0.0)
                 progress.update(task, completed=min(seconds, now - t0), description=(
                     f"{watch.phase}: {watch.lines:,} history lines, harness {rss:.0f} MB, "
@@ -315,6 +350,94 @@ def write_plot(path: Path, samples: Sequence[Sample], threshold: float) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
+_COLOURS = {HARNESS: "#1f77b4", "broker": "#d62728", "nats-server": "#9467bd", "lazyfs": "#2ca02c",
+            HISTORY: "#555555"}
+SVG_POINTS = 120  # per line: enough to see a trend or a sawtooth, small enough to commit
+
+
+def _kind(process: str) -> str:
+    return process.split("/", 1)[-1]
+
+
+def _bands(samples: Sequence[Sample], kind: str, metric: str) -> list[tuple[float, float, float, float]]:
+    """[(t, min, median, max) over the kind's processes at each sample time], thinned to
+    SVG_POINTS by taking each bucket's extremes and middle median (so a spike or a tooth stays)."""
+    by_t: dict[float, list[float]] = {}
+    for s in samples:
+        if s.metric == metric and _kind(s.process) == kind:
+            by_t.setdefault(s.t, []).append(s.value)
+    rows = [(t, min(v), statistics.median(v), max(v)) for t, v in sorted(by_t.items())]
+    step = max(1, math.ceil(len(rows) / SVG_POINTS))
+    return [(b[len(b) // 2][0], min(r[1] for r in b), b[len(b) // 2][2], max(r[3] for r in b))
+            for b in (rows[i:i + step] for i in range(0, len(rows), step))]
+
+
+def _panel(rows: Sequence[tuple[float, float, float, float]], *, x0: int, y0: int, w: int, h: int,
+           t_max: float, main: tuple[float, float] | None, label: str, colour: str) -> list[str]:
+    """One kind's one metric on its own scale: the median line, the nodes' min-max band."""
+    hi = max((r[3] for r in rows), default=1.0) * 1.05 or 1.0
+
+    def xy(t: float, v: float) -> str:
+        return f"{x0 + w * t / t_max:.1f},{y0 + h - h * v / hi:.1f}"
+
+    out = [f'<text x="{x0}" y="{y0 - 4}">{label}</text>']
+    if main:
+        out.append(f'<rect x="{x0 + w * main[0] / t_max:.1f}" y="{y0}" width="{w * (main[1] - main[0]) / t_max:.1f}" '
+                   f'height="{h}" fill="#000" fill-opacity="0.05"/>')
+    out.append(f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>')
+    out.append(f'<text x="{x0 - 3}" y="{y0 + 9}" text-anchor="end">{hi:,.{0 if hi >= 10 else 1}f}</text>'
+               f'<text x="{x0 - 3}" y="{y0 + h}" text-anchor="end">0</text>')
+    if any(r[1] != r[3] for r in rows):
+        edge = [xy(r[0], r[3]) for r in rows] + [xy(r[0], r[1]) for r in reversed(rows)]
+        out.append(f'<polygon points="{" ".join(edge)}" fill="{colour}" fill-opacity="0.2"/>')
+    out.append(f'<polyline points="{" ".join(xy(r[0], r[2]) for r in rows)}" fill="none" stroke="{colour}" '
+               'stroke-width="1.2"/>')
+    return out
+
+
+def write_svg(path: Path, samples: Sequence[Sample], title: str) -> None:
+    """A small static figure for the README (plotly's HTML carries megabytes of JS and no PNG
+    export offline): a column per kind of process, each on its own scale (the harness's
+    hundreds of descriptors would flatten a broker's tens), a row per metric; the line is the
+    median over the nodes, the band their min-max; the main phase shaded."""
+    kinds = [HARNESS, *sorted({_kind(s.process) for s in samples} - {HARNESS, HISTORY}, key=lambda k: (k == "lazyfs", k))]
+    metrics = [m for m in ("rss_mb", "fds", "threads") if any(s.metric == m for s in samples)]
+    w, h, left, top, gap_x, gap_y = 230, 100, 45, 58, 50, 30
+    t_max = max((s.t for s in samples), default=1.0) or 1.0
+    main_t = [s.t for s in samples if s.phase == MAIN]
+    main = (min(main_t), max(main_t)) if main_t else None
+    rows = len(metrics) + 1  # and the history, in the first column
+    width, height = left + len(kinds) * (w + gap_x), top + rows * (h + gap_y) + 20
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           f'font-size="11"><rect width="100%" height="100%" fill="#fff"/>',
+           *(f'<text x="{left}" y="{16 + 15 * i}" font-size="12">{t}</text>' for i, t in enumerate(title.split("\n")))]
+    for c, kind in enumerate(kinds):
+        for r, metric in enumerate(metrics):
+            out += _panel(_bands(samples, kind, metric), x0=left + c * (w + gap_x), y0=top + r * (h + gap_y), w=w,
+                          h=h, t_max=t_max, main=main, label=f"{kind}: {METRICS[metric]}", colour=_COLOURS.get(kind, "#ff7f0e"))
+    for c, metric in enumerate(m for m in ("history_mb", "keys") if any(s.metric == m for s in samples)):
+        out += _panel(_bands(samples, HISTORY, metric), x0=left + c * (w + gap_x), y0=top + len(metrics) * (h + gap_y),
+                      w=w, h=h, t_max=t_max, main=main, label=METRICS[metric], colour=_COLOURS[HISTORY])
+    step = 10 if t_max > 1200 else 1
+    bottom = top + rows * (h + gap_y) - gap_y
+    out += [f'<text x="{left + w * m * 60 / t_max:.1f}" y="{bottom + 13}" text-anchor="middle">{m}</text>'
+            for m in range(0, int(t_max / 60) + 1, step)]
+    out.append(f'<text x="{left + w}" y="{bottom + 26}" text-anchor="end">minutes</text></svg>')
+    path.write_text("\n".join(out) + "\n")
+
+
+def _title(out: Path) -> str:
+    """The figure's title, from the run's command.txt: which system, how long, which faults."""
+    try:
+        argv = (out / "command.txt").read_text().split()
+    except OSError:
+        return "logquake soak"
+    opt = {k: v for k, v in zip(argv, argv[1:], strict=False) if k.startswith("--")}
+    return (f"logquake soak: {opt.get('--system', 'kafka')}, queue --txn, {float(opt.get('--time-limit', 0)) / 60:g} min "
+            f"under {opt.get('--nemesis', '?')}\nmain phase shaded; each panel on its own scale; line: median over "
+            "the nodes, band: their min-max")
+
+
 def show(console, growths: Sequence[Growth], threshold: float) -> None:
     from rich.table import Table
 
@@ -356,7 +479,10 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="target ops/s (default 100, the run's default)")
     ap.add_argument("--concurrency", type=int, default=10)
     ap.add_argument("--nodes", type=int, default=5)
-    ap.add_argument("--nemesis", default=NEMESIS)
+    ap.add_argument("--system", choices=sorted(NEMESIS), default="kafka",
+                    help="kafka (the embedded brokers, default) or jetstream (nats-server; txns are atomic batches)")
+    ap.add_argument("--nemesis", help="faults (default every one the system takes: "
+                    + "; ".join(f"{k} {v}" for k, v in NEMESIS.items()) + ")")
     ap.add_argument("--nemesis-interval", type=float, help="mean s between fault flips (default the run's)")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--out", type=Path, help="output directory (default benchmarks/results/soak-<UTC time>)")
@@ -364,6 +490,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.quick:
         a.minutes = 3.0
+    a.nemesis = a.nemesis or NEMESIS[a.system]
     for name in ("minutes", "interval", "rate"):
         if not getattr(a, name) > 0:
             ap.error(f"--{name} must be positive, got {getattr(a, name):g}")
@@ -378,13 +505,13 @@ def main() -> int:
         out = a.out or HERE / "results" / datetime.now(UTC).strftime("soak-%Y-%m-%dT%H%M%S")
         out.mkdir(parents=True, exist_ok=True)
         samples, results, rc = soak(a, out)
-        write_csv(out / "soak.csv", samples)
     write_plot(out / "soak.html", samples, a.threshold)
+    write_svg(out / "soak.svg", samples, _title(out))
     growths = judge(samples, threshold=a.threshold)
     show(console, growths, a.threshold)
     for k, v in summary(samples).items():
         console.print(f"{k}: {v:,.1f}")
-    console.print(f"wrote {out / 'soak.csv'} and {out / 'soak.html'}")
+    console.print(f"wrote {out / 'soak.csv'}, {out / 'soak.html'} and {out / 'soak.svg'}")
     failed = False
     for g in growths:
         if g.grows:

@@ -99,9 +99,19 @@ def _samples() -> list[Sample]:
 
 def test_judge_takes_each_process_apart_in_the_main_phase_and_skips_the_history() -> None:
     growths = {g.series: g for g in judge(_samples())}
-    assert set(growths) == {"harness[7] rss_mb", "n1/broker[11] fds", "n1/broker[12] fds", "n2/broker[13] rss_mb"}
+    # n1's broker restarted halfway: each process lived too little to be judged alone, the node is.
+    assert set(growths) == {"harness[7] rss_mb", "n1/broker[*] fds", "n2/broker[13] rss_mb"}
     assert [s for s, g in growths.items() if g.grows] == ["n2/broker[13] rss_mb"]
     assert growths["harness[7] rss_mb"].samples == 25  # the last half of 50 main-phase samples
+
+
+def test_a_restarted_process_warming_up_is_no_trend_unless_each_restart_starts_higher() -> None:
+    def node(step: float) -> list[Sample]:
+        # A broker killed every 5 minutes, each climbing 40 MB in its short life, starting `step` higher.
+        return [Sample(t=t, phase=MAIN, process="n1/broker", pid=int(t // 300), metric="rss_mb",
+                       value=60 + step * (t // 300) + 40 * (t % 300) / 300) for t in _times()]
+    assert not any(g.grows for g in judge(node(0.0)))
+    assert [g.series for g in judge(node(5.0)) if g.grows] == ["n1/broker[*] rss_mb"]
 
 
 def test_the_csv_round_trips(tmp_path: Path) -> None:
@@ -119,3 +129,33 @@ def test_a_malformed_csv_line_is_named(tmp_path: Path) -> None:
     path.write_text("t,value\n")
     with pytest.raises(ValueError, match="line 1: expected the columns"):
         read_csv(path)
+
+
+def test_the_run_watch_counts_whole_lines_once_and_the_keys_sent(tmp_path: Path) -> None:
+    run = tmp_path / "soak" / "20261202T000000.000Z"
+    run.mkdir(parents=True)
+    lines = ['{"index":0,"type":"invoke","f":"send","value":[["send",4,1]]}',
+             '{"index":1,"type":"invoke","f":"txn","value":[["poll"],["send",11,1],["send",2,7]]}',
+             '{"index":2,"type":"invoke","f":"assign","value":[30,31]}']
+    (run / "history.jsonl").write_text(lines[0] + "\n" + lines[1][:20])  # the writer is mid-line
+    (run / "harness.log").write_text("2026-12-02 00:00:01,000 INFO logquake.runner [MainThread] phase main\n")
+    watch = bench_soak._RunWatch(tmp_path / "soak")
+    watch.poll()
+    assert (watch.phase, watch.lines, watch.keys) == (MAIN, 1, 5)
+    (run / "history.jsonl").write_text("\n".join(lines) + "\n")
+    watch.poll()
+    assert (watch.lines, watch.keys) == (3, 12)  # an assign names keys but makes no topic
+
+
+def test_the_figure_thins_each_line_but_keeps_its_spikes_and_is_svg(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    samples = [Sample(t=t, phase=MAIN, process=f"n{n}/broker", pid=n, metric="fds",
+                      value=500.0 if (t, n) == (5000.0, 2) else 40.0 + n) for t in _times(1000) for n in (1, 2, 3)]
+    rows = bench_soak._bands(samples, "broker", "fds")
+    assert len(rows) <= bench_soak.SVG_POINTS
+    assert max(r[3] for r in rows) == 500 and min(r[1] for r in rows) == 41 and {r[2] for r in rows} == {42}
+    bench_soak.write_svg(tmp_path / "soak.svg", _samples() + samples, "a\nb")
+    svg = ET.parse(tmp_path / "soak.svg").getroot()
+    assert len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2 * 2 + 1  # harness, broker x rss, fds; history
+    assert (tmp_path / "soak.svg").stat().st_size < 50_000

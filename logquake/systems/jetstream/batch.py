@@ -58,7 +58,7 @@ from logquake.history import FAIL, INFO
 
 __all__ = ["ATOMIC_DISABLED", "ATOMIC_SINCE", "DUPLICATE_ID", "ID_IN_PROCESS", "MSG_IDS_SINCE", "Committed", "Held",
            "Rejected", "Reply", "Staged", "Unexpected", "abort_headers", "headers", "new_id", "parse_reply", "refusal",
-           "supports_atomic", "supports_msg_ids", "version_tuple"]
+           "server_refusal", "supports_atomic", "supports_msg_ids", "version_tuple"]
 
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQ = "Nats-Batch-Sequence"
@@ -227,6 +227,21 @@ def version_tuple(version: str) -> tuple[int, ...] | None:
         return tuple(int(p) for p in core.split("."))
     except ValueError:
         return None
+
+
+def server_refusal(version: str, *, msg_ids: bool, server: str | None = None) -> str | None:
+    """Why nats-server `version` cannot take this producer's batches (None: it can): it has
+    no atomic batch publish, or `msg_ids` (an idempotent producer's) and it refuses them in
+    a batch. `server` names it in the answer (default "nats-server <version>")."""
+    server = server or f"nats-server {version}"
+    if not supports_atomic(version):
+        since = ".".join(map(str, ATOMIC_SINCE))
+        return f"{server} has no atomic batch publish, which JetStream transactions are (nats-server {since} and later)"
+    if msg_ids and not supports_msg_ids(version):
+        since = ".".join(map(str, MSG_IDS_SINCE))
+        return (f"{server} takes no Nats-Msg-Id in an atomic batch, which a transactional producer sends "
+                f"(nats-server {since} and later)")
+    return None
 
 
 def supports_msg_ids(version: str) -> bool:

@@ -614,12 +614,11 @@ class JetStreamClient(QueueClient):
         value = [list(m) for m in op.value]
         if (why := batch.refusal(value)) is not None:
             return complete(op, FAIL, value, error=why)
+        # Config load refused a server too old (system.py); an external or mixed cluster's
+        # server is only known here.
         sv = self._nc.connected_server_version
-        if not batch.supports_atomic(version := f"{sv.major}.{sv.minor}.{sv.patch}"):
-            return complete(op, FAIL, value, error=f"nats-server {version} has no atomic batch publish")
-        if self.idempotent and not batch.supports_msg_ids(version):
-            return complete(op, FAIL, value, error=f"nats-server {version} takes no Nats-Msg-Id in a batch "
-                                                   f"(2.12.1 and later)")
+        if (why := batch.server_refusal(f"{sv.major}.{sv.minor}.{sv.patch}", msg_ids=self.idempotent)) is not None:
+            return complete(op, FAIL, value, error=why)
         k, values = value[0][1], [m[2] for m in value]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.op_timeout

@@ -120,17 +120,9 @@ def _unavailable(cfg: TestConfig, feature: str) -> str | None:
 
 
 def transactions_refusal(binary: str, version: str) -> str | None:
-    """Why nats-server `version` cannot run JetStream transactions (None: it can)."""
-    if not batch.supports_atomic(version):
-        since = ".".join(map(str, batch.ATOMIC_SINCE))
-        return (f"nats-server {version} ({binary}) has no atomic batch publish, "
-                f"which JetStream transactions are (nats-server {since} and later)")
-    # A transactional producer is idempotent (guarantees.py): every batch carries Msg-Ids.
-    if not batch.supports_msg_ids(version):
-        since = ".".join(map(str, batch.MSG_IDS_SINCE))
-        return (f"nats-server {version} ({binary}) takes no Nats-Msg-Id in an atomic batch, "
-                f"which a transactional producer sends (nats-server {since} and later)")
-    return None
+    """Why nats-server `version` cannot run JetStream transactions (None: it can). A
+    transactional producer is idempotent (guarantees.py): every batch carries Msg-Ids."""
+    return batch.server_refusal(version, msg_ids=True, server=f"nats-server {version} ({binary})")
 
 
 def _dedup_window(cfg: TestConfig) -> float:

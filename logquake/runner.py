@@ -5,7 +5,8 @@
 3. cluster   open_cluster(cfg, run_dir) and wait until the brokers answer
 4. main      `concurrency` workers (threads, one client each, rate-limited over all; the
              Crew of logquake.crew) follow the workload's generator for `time_limit` s while
-             the NemesisScheduler flips faults; a workload that drives itself (the pipeline)
+             the NemesisScheduler flips faults (ops begun before the limit run to their end,
+             as under Jepsen's time limit); a workload that drives itself (the pipeline)
              runs its load through phases 4-7 instead
 5. heal      the scheduler stops and heals everything (also in `finally`)
 6. recovery  wait `recovery_time` s for leaders to settle

@@ -43,7 +43,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
 What the system cannot do is refused at load, from its record (logquake.systems.base.System):
 a client, workload, partitions or a fault's need it does not offer, a feature the workload
 uses (transactions, `Workload.needs`) that it or its servers lack; and a client the workload
-has no adapter for (logquake.workloads.registry).
+has no adapter for (logquake.workloads.registry); `txn` for a workload that has no
+transactions to turn on (`Workload.txn`).
 
 Every error names the key, the bad value and what is allowed. Each list of allowed values
 has its home beside what it names: workloads in logquake.workloads.registry, guarantees and
@@ -288,8 +289,14 @@ def _check_system(cfg: TestConfig) -> None:
                 raise ConfigError("nemesis", f"{family} faults cannot run on {cfg.system}: {why}")
     if "disk:corrupt-tail" in cfg.nemesis and not system.data_files:
         raise ConfigError("nemesis", f"disk:corrupt-tail cannot run on {system.name}: it declares no data files to tear")
+    needs = workload.needs(cfg)
+    if cfg.txn and not workload.txn and "transactions" not in needs:
+        from logquake.workloads.registry import WORKLOADS
+
+        takers = ", ".join(w.name for w in WORKLOADS.values() if w.txn)
+        raise ConfigError("txn", f"workload {cfg.workload} has no transactions to turn on; txn is for {takers}")
     system.check_config(cfg)
-    for feature, key in workload.needs(cfg).items():  # what the workload really uses, asked last (it may run a binary)
+    for feature, key in needs.items():  # what the workload really uses, asked last (it may run a binary)
         why = (f"system {cfg.system} has no {feature} logquake drives" if feature not in system.features
                else system.unavailable(cfg, feature))
         if why is not None:

@@ -93,6 +93,9 @@ class Workload:
             each with the config key asking for it. Config load refuses the test, naming
             that key, on a system without the feature or whose servers cannot give it
             (`System.unavailable`): only what the workload really does is asked of them.
+        txn: its ops become transactions when the test asks (the `txn` key). Elsewhere
+            config load refuses `txn`, unless the test's guarantee already runs it in
+            transactions (`needs`: a Kafka exactly-once pipeline's test.json says txn).
     """
 
     name: str
@@ -109,6 +112,7 @@ class Workload:
     banner: Callable[[TestConfig], str] | None = None
     final_read: bool = False
     needs: Callable[[TestConfig], Mapping[str, str]] = lambda cfg: {}
+    txn: bool = False
 
     def __post_init__(self) -> None:
         if (self.drive is None) == (self.make_generator is None or self.make_client is None):
@@ -299,7 +303,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload(name="queue", summary="sends, polls and transactions on keyed partitions (Jepsen's Kafka test)",
                  clients=("confluent", "kafka-python", "nats-py"), check=_queue_check, allowed=_queue_allowed,
                  client_configs=_queue_configs, make_generator=_queue_generator, make_client=_queue_client,
-                 final_read=True, needs=_queue_needs),
+                 final_read=True, needs=_queue_needs, txn=True),
         Workload(name="pipeline", summary="consume-transform-produce: how often each input reaches the output",
                  clients=("confluent", "nats-py"), check=_pipeline_check, allowed=_pipeline_allowed,
                  client_configs=_pipeline_configs, drive=_pipeline_drive, needs=_pipeline_needs),

@@ -6,7 +6,13 @@
     h.txn(2, [("send", 1, 11, 1), ("poll", {1: [(1, 11)]})], type="info")
 
 Each call appends an invoke and its completion (in that order) unless split with
-`invoke` / `complete` to make ops overlap.
+`invoke` / `complete` to make ops overlap. Where the checker reads times (a dedup window,
+an op's attempts), `Timed` writes each op at the times given, as a run records them:
+
+    h = Timed()
+    orig = h.send(1.0, 11.0, 0, 1, 7, type_="info")                    # invoked at 1 s, info at 11 s
+    h.send(20.0, 20.1, 6, 1, 7, offset=2, f="resend", resend_of=orig.index)
+    h.final_read(30.0, 3, {1: 3}, {1: [(1, 7), (2, 7)]})               # assign from the start, poll
 
 For simulated histories (logquake.checker.generate): `with_bug` is a small fixed simulation
 with one bug planted (or none), `sim_configs` draws small simulation settings for Hypothesis; `oddly_read`, `swap_sends`, `shift_offsets` and `scale_values`
@@ -87,6 +93,49 @@ class H:
 
     def nemesis(self, f: str = "start-partition", value: Any = "majority") -> None:
         self._add(process="nemesis", type="info", f=f, value=value)
+
+
+S = 1_000_000_000  # ns
+
+
+class Timed:
+    """A literal history at given times (s since the test began): each call appends an
+    invoke and its completion."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+
+    def _add(self, t: float, process: Any, type_: str, f: str, value: Any, **extra: Any) -> Op:
+        op = Op(index=len(self.ops), time=int(t * S), process=process, type=type_, f=f, value=value, extra=extra)
+        self.ops.append(op)
+        return op
+
+    def batch(self, t0: float, t1: float, p: int, k: int, values: list[int], offsets: list[int | None] | None = None,
+              *, type_: str = "ok", f: str = "send", **extra: Any) -> Op:
+        """An op sending `values` to key k, invoked at t0 and completed at t1: ok at `offsets`
+        (None: unknown), or info/fail. Its invocation carries `resend_of` when given."""
+        inv_extra = {"resend_of": extra["resend_of"]} if "resend_of" in extra else {}
+        self._add(t0, p, "invoke", f, [["send", k, v] for v in values], **inv_extra)
+        done = ([["send", k, [o, v]] for o, v in zip(offsets or [None] * len(values), values, strict=True)]
+                if type_ == "ok" else [["send", k, v] for v in values])
+        return self._add(t1, p, type_, f, done, **extra)
+
+    def send(self, t0: float, t1: float, p: int, k: int, v: int, offset: int | None = None, *, type_: str = "ok",
+             f: str = "send", **extra: Any) -> Op:
+        """A batch of one value."""
+        return self.batch(t0, t1, p, k, [v], [offset], type_=type_, f=f, **extra)
+
+    def poll(self, t: float, p: int, reads: dict[int, list[tuple[int, int]]], **extra: Any) -> Op:
+        self._add(t, p, "invoke", "poll", [["poll"]], **extra)
+        return self._add(t + 0.01, p, "ok", "poll",
+                         [["poll", {str(k): [list(x) for x in xs] for k, xs in reads.items()}]], **extra)
+
+    def final_read(self, t: float, p: int, ends: dict[int, int], reads: dict[int, list[tuple[int, int]]]) -> None:
+        """The drain's final read: an assign from the beginning with each key's end, then one poll."""
+        self._add(t, p, "invoke", "assign", list(ends), final=True, seek_to_beginning=True)
+        self._add(t + 0.01, p, "ok", "assign", list(ends), final=True, seek_to_beginning=True,
+                  ends={str(k): e for k, e in ends.items()})
+        self.poll(t + 0.02, p, reads, final=True, positions={str(k): e for k, e in ends.items()})
 
 
 def oddly_read(ops: list[Op], seed: int) -> list[Op]:

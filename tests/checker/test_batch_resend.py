@@ -13,49 +13,19 @@ from typing import Any
 
 from logquake.checker import CheckOptions, check_history
 from logquake.history import Op
+from tests.checker.histories import Timed
 
-S = 1_000_000_000  # ns
 WINDOW = 120.0  # the server's default duplicate window
 
 
-class _History:
-    def __init__(self) -> None:
-        self.ops: list[Op] = []
-
-    def _add(self, t: float, process: Any, type_: str, f: str, value: Any, **extra: Any) -> Op:
-        op = Op(index=len(self.ops), time=int(t * S), process=process, type=type_, f=f, value=value, extra=extra)
-        self.ops.append(op)
-        return op
-
-    def batch(self, t0: float, t1: float, p: int, k: int, values: list[int], offsets: list[int | None] | None = None,
-              *, type_: str = "ok", f: str = "send", **extra: Any) -> Op:
-        """A batch of `values` to key k: ok at `offsets` (None: unknown), or info/fail."""
-        inv_extra = {"resend_of": extra["resend_of"]} if "resend_of" in extra else {}
-        self._add(t0, p, "invoke", f, [["send", k, v] for v in values], **inv_extra)
-        done = ([["send", k, [o, v]] for o, v in zip(offsets or [None] * len(values), values, strict=True)]
-                if type_ == "ok" else [["send", k, v] for v in values])
-        return self._add(t1, p, type_, f, done, **extra)
-
-    def poll(self, t: float, p: int, reads: dict[int, list[tuple[int, int]]], **extra: Any) -> Op:
-        self._add(t, p, "invoke", "poll", [["poll"]], **extra)
-        return self._add(t + 0.01, p, "ok", "poll",
-                         [["poll", {str(k): [list(x) for x in xs] for k, xs in reads.items()}]], **extra)
-
-    def final_read(self, t: float, p: int, ends: dict[int, int], reads: dict[int, list[tuple[int, int]]]) -> None:
-        self._add(t, p, "invoke", "assign", list(ends), final=True, seek_to_beginning=True)
-        self._add(t + 0.01, p, "ok", "assign", list(ends), final=True, seek_to_beginning=True,
-                  ends={str(k): e for k, e in ends.items()})
-        self.poll(t + 0.02, p, reads, final=True, positions={str(k): e for k, e in ends.items()})
-
-
-def check(h: _History, guarantee: str = "exactly-once") -> dict[str, Any]:
+def check(h: Timed, guarantee: str = "exactly-once") -> dict[str, Any]:
     return check_history(h.ops, CheckOptions(guarantee=guarantee, duplicate_window=WINDOW, txn=True))
 
 
-def _unsure_batch() -> tuple[_History, Op]:
+def _unsure_batch() -> tuple[Timed, Op]:
     """Key 1: values 1, 2 committed at offsets 1, 2; then the batch of 3, 4 whose commit went
     unanswered (info)."""
-    h = _History()
+    h = Timed()
     h.batch(0.5, 0.6, 0, 1, [1, 2], [1, 2])
     return h, h.batch(1.0, 3.0, 0, 1, [3, 4], type_="info", error="commit: TimeoutError")
 

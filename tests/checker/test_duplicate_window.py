@@ -13,47 +13,17 @@ import pytest
 
 from logquake.checker import CheckOptions, check_history
 from logquake.history import Op
-
-S = 1_000_000_000  # ns
-
-
-class _History:
-    def __init__(self) -> None:
-        self.ops: list[Op] = []
-
-    def _add(self, t: float, process: Any, type_: str, f: str, value: Any, **extra: Any) -> Op:
-        op = Op(index=len(self.ops), time=int(t * S), process=process, type=type_, f=f, value=value, extra=extra)
-        self.ops.append(op)
-        return op
-
-    def send(self, t0: float, t1: float, p: int, k: int, v: int, offset: int | None = None, *, type_: str = "ok",
-             f: str = "send", **extra: Any) -> Op:
-        """An op sending v to k, invoked at t0 and completed at t1 (ok at `offset`, or info/fail)."""
-        inv_extra = {"resend_of": extra["resend_of"]} if "resend_of" in extra else {}
-        self._add(t0, p, "invoke", f, [["send", k, v]], **inv_extra)
-        done = [["send", k, [offset, v]]] if type_ == "ok" else [["send", k, v]]
-        return self._add(t1, p, type_, f, done, **extra)
-
-    def poll(self, t: float, p: int, reads: dict[int, list[tuple[int, int]]], **extra: Any) -> Op:
-        self._add(t, p, "invoke", "poll", [["poll"]], **extra)
-        return self._add(t + 0.01, p, "ok", "poll",
-                         [["poll", {str(k): [list(x) for x in xs] for k, xs in reads.items()}]], **extra)
-
-    def final_read(self, t: float, p: int, ends: dict[int, int], reads: dict[int, list[tuple[int, int]]]) -> None:
-        self._add(t, p, "invoke", "assign", list(ends), final=True, seek_to_beginning=True)
-        self._add(t + 0.01, p, "ok", "assign", list(ends), final=True, seek_to_beginning=True,
-                  ends={str(k): e for k, e in ends.items()})
-        self.poll(t + 0.02, p, reads, final=True, positions={str(k): e for k, e in ends.items()})
+from tests.checker.histories import Timed
 
 
-def check(h: _History, window: float | None, guarantee: str = "idempotent") -> dict[str, Any]:
+def check(h: Timed, window: float | None, guarantee: str = "idempotent") -> dict[str, Any]:
     return check_history(h.ops, CheckOptions(guarantee=guarantee, duplicate_window=window))
 
 
-def _resent_twice_stored(resend_at: float) -> _History:
+def _resent_twice_stored(resend_at: float) -> Timed:
     """Value 7 of key 1 sent at 1 s (info: no PubAck), resent by the restarted producer at
     `resend_at` (ok, a second copy), and read at both offsets."""
-    h = _History()
+    h = Timed()
     h.send(0.5, 0.6, 0, 1, 6, offset=1)
     orig = h.send(1.0, 11.0, 0, 1, 7, type_="info", error="TimeoutError")
     h.send(resend_at, resend_at + 0.1, 6, 1, 7, offset=3, f="resend", resend_of=orig.index)
@@ -84,7 +54,7 @@ def test_a_resend_after_the_window_is_reported_apart_and_never_bad():
 def test_the_split_goes_by_when_attempts_were_sent_not_when_they_completed():
     # The resend was sent 4.9 s after the original (inside a 5 s window) and answered 60 s
     # later: the server had to drop it.
-    h = _History()
+    h = Timed()
     orig = h.send(1.0, 11.0, 0, 1, 7, type_="info")
     h.send(5.9, 65.9, 6, 1, 7, offset=2, f="resend", resend_of=orig.index)
     h.poll(70.0, 2, {1: [(1, 7), (2, 7)]})
@@ -92,8 +62,8 @@ def test_the_split_goes_by_when_attempts_were_sent_not_when_they_completed():
 
 
 def test_retries_inside_one_op_are_placed_by_its_attempts():
-    def history(attempts: list[int]) -> _History:
-        h = _History()
+    def history(attempts: list[int]) -> Timed:
+        h = Timed()
         h.send(1.0, 9.0, 0, 1, 7, offset=2, attempts=attempts)
         h.poll(10.0, 2, {1: [(1, 7), (2, 7)]})
         return h
@@ -108,7 +78,7 @@ def test_retries_inside_one_op_are_placed_by_its_attempts():
 
 
 def test_more_copies_than_attempts_spread_beyond_the_window_is_a_bad_duplicate():
-    h = _History()
+    h = Timed()
     orig = h.send(0.0, 10.0, 0, 1, 7, type_="info", attempts=[0, 1_000_000_000])  # 0 s and 1 s
     h.send(100.0, 100.1, 6, 1, 7, offset=3, f="resend", resend_of=orig.index)  # 100 s
     h.poll(101.0, 2, {1: [(1, 7), (2, 7), (3, 7)]})
@@ -122,7 +92,7 @@ def test_more_copies_than_attempts_spread_beyond_the_window_is_a_bad_duplicate()
 
 
 def test_a_failed_resend_stored_nothing_and_excuses_nothing():
-    h = _History()
+    h = Timed()
     orig = h.send(1.0, 11.0, 0, 1, 7, type_="info")
     h.send(100.0, 100.1, 6, 1, 7, f="resend", type_="fail", resend_of=orig.index, error="no responders")
     h.poll(101.0, 2, {1: [(1, 7), (2, 7)]})
@@ -142,7 +112,7 @@ def test_a_resend_is_not_a_second_writer_of_its_value():
     # The value was stored by the original and read before the resend was even invoked;
     # the resend then failed. Neither a read from the future nor an aborted read: the
     # value's writer is the original send, whose outcome was unknown.
-    h = _History()
+    h = Timed()
     orig = h.send(1.0, 11.0, 0, 1, 7, type_="info")
     h.poll(12.0, 2, {1: [(1, 7)]})
     h.send(20.0, 20.1, 6, 1, 7, f="resend", type_="fail", resend_of=orig.index, error="no responders")
@@ -152,8 +122,8 @@ def test_a_resend_is_not_a_second_writer_of_its_value():
 
 
 def test_a_value_only_a_resend_acknowledged_must_survive_to_the_final_read():
-    def history(final: list[tuple[int, int]]) -> _History:
-        h = _History()
+    def history(final: list[tuple[int, int]]) -> Timed:
+        h = Timed()
         h.send(0.5, 0.6, 0, 1, 6, offset=1)
         orig = h.send(1.0, 11.0, 0, 1, 7, type_="info")
         h.send(20.0, 20.1, 6, 1, 7, offset=2, f="resend", resend_of=orig.index)

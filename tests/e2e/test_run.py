@@ -1,7 +1,8 @@
 """`logquake run` end to end: a lab cluster of real brokers, real clients, real faults.
 
 Each test runs the real command in a subprocess and reads the run directory it leaves.
-The runs without faults and with partitions are in the default suite; the rest are slow.
+Ctrl-C under partitions is in the default suite; the rest are slow (the calm run's
+assertions run by default on the safe broker's power-loss run, tests/e2e/test_final_read_run.py).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def _down_labs_of(results: Path) -> dict[str, subprocess.CompletedProcess]:
             for st in load_states() if Path(st.run_dir).resolve().is_relative_to(results.resolve())}
 
 
-def _assert_valid(code: int, run_dir: Path, res: dict, out: str) -> None:
+def assert_valid(code: int, run_dir: Path, res: dict, out: str) -> None:
+    """A valid run: exit 0, every run file written, the run directory printed."""
     for name in RUN_FILES:
         assert (run_dir / name).is_file(), f"{name} missing in {run_dir}\n{out}"
     assert res.get("valid") is True, f"{json.dumps(res, indent=1)[:3000]}\n{out[-3000:]}"
@@ -73,14 +75,22 @@ def _client_ops(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in lines if '"nemesis"' not in x]
 
 
-def test_a_short_run_without_faults_is_valid(tmp_path):
-    code, run_dir, res, out = _run(tmp_path, "--time-limit", "6", "--rate", "50", "--concurrency", "4",
-                                   "--seed", "1")
-    _assert_valid(code, run_dir, res, out)
+def assert_a_run_did_its_work(run_dir: Path, *, seed: int) -> None:
+    """Sends acknowledged, polls that read something, and the seed it was given in test.json."""
     ops = _client_ops(run_dir)
     assert sum(1 for o in ops if o["type"] == "ok" and o["f"] == "send") > 30
     assert sum(1 for o in ops if o["type"] == "ok" and o["f"] == "poll" and o["value"][0][1]) > 10
-    assert json.loads((run_dir / "test.json").read_text())["seed"] == 1
+    assert json.loads((run_dir / "test.json").read_text())["seed"] == seed
+
+
+# Slow: its assertions run in the default suite on the safe broker's power-loss run of
+# tests/e2e/test_final_read_run.py, the same workload, client and guarantee with a fault added.
+@pytest.mark.slow
+def test_a_short_run_without_faults_is_valid(tmp_path):
+    code, run_dir, res, out = _run(tmp_path, "--time-limit", "6", "--rate", "50", "--concurrency", "4",
+                                   "--seed", "1")
+    assert_valid(code, run_dir, res, out)
+    assert_a_run_did_its_work(run_dir, seed=1)
 
 
 @pytest.mark.slow
@@ -88,7 +98,7 @@ def test_a_short_run_without_faults_is_valid(tmp_path):
 def test_a_short_run_with_each_fault_is_valid(tmp_path, fault):
     code, run_dir, res, out = _run(tmp_path, "--time-limit", "20", "--rate", "50", "--concurrency", "5",
                                    "--nemesis", fault, "--nemesis-interval", "4", "--seed", "7")
-    _assert_valid(code, run_dir, res, out)
+    assert_valid(code, run_dir, res, out)
     nem = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines() if '"nemesis"' in x]
     assert any(o["f"].startswith("start-") for o in nem), "the nemesis never started a fault"
 
@@ -97,7 +107,7 @@ def test_a_short_run_with_each_fault_is_valid(tmp_path, fault):
 def test_a_transactional_run_with_kafka_python_is_valid(tmp_path):
     code, run_dir, res, out = _run(tmp_path, "--time-limit", "15", "--rate", "30", "--concurrency", "4",
                                    "--txn", "--client", "kafka-python", "--seed", "3")
-    _assert_valid(code, run_dir, res, out)
+    assert_valid(code, run_dir, res, out)
     assert any(o["f"] == "txn" and o["type"] == "ok" for o in _client_ops(run_dir))
 
 
@@ -106,7 +116,7 @@ def test_a_subscribe_run_with_transactions_under_partitions_is_valid(tmp_path):
     code, run_dir, res, out = _run(tmp_path, "--time-limit", "20", "--rate", "30", "--concurrency", "4",
                                    "--txn", "--sub-via", "subscribe", "--nemesis", "partition",
                                    "--nemesis-interval", "5", "--seed", "4")
-    _assert_valid(code, run_dir, res, out)
+    assert_valid(code, run_dir, res, out)
     assert any(o["f"] == "subscribe" and o["type"] == "ok" for o in _client_ops(run_dir))
 
 

@@ -8,6 +8,7 @@ judged by the checker. Start servers: run under the heavy lock.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -66,29 +67,43 @@ def _final_read(h: _History, c: Validated, process: int, k: int) -> list[list[in
             time.sleep(0.5)
 
 
-def test_a_batch_whose_commit_timed_out_but_was_stored_is_held_when_resent(cluster):
-    h = _History()
-    c = _client(cluster)
+def _stream_and_its_leader(lc, h: _History, k: int) -> tuple[str, list[str]]:
+    """Key k's stream made by an ok send of value 1 (allowing atomic publish): its leader and followers."""
+    c = _client(lc)
     try:
-        _until_ok(h, c, 0, "send", _sends(1, 1))  # the stream, allowing atomic publish
+        _until_ok(h, c, 0, "send", _sends(k, 1))
     finally:
         c.close()
-    leader = stream_leader(cluster, "lq-1")
-    followers = [s.name for s in cluster.specs if s.name != leader]
-    c = _client(cluster, leader)
+    leader = stream_leader(lc, f"lq-{k}")
+    return leader, [s.name for s in lc.specs if s.name != leader]
+
+
+def _batch_left_unanswered(lc, h: _History, leader: str, k: int, values: tuple[int, ...], *, paused: list[str],
+                           after: Callable[[str], Any]) -> Op:
+    """The batch of `values` sent to key k's leader (process 1) while `paused` are paused, each
+    then given to `after` (resume or kill). Its commit is unanswered: info. The producer then
+    crashes (its client closed); it comes back as a new client and process."""
+    c = _client(lc, leader)
     try:
-        # The leader stages a batch alone, but commits it only with a follower: with both
-        # paused the commit gets no answer in time. Then they come back and it replicates.
-        for n in followers:
-            cluster.pause(n)
+        for n in paused:
+            lc.pause(n)
         try:
-            orig = h.run(c, 1, "send", _sends(1, 2, 3))
+            orig = h.run(c, 1, "send", _sends(k, *values))
         finally:
-            for n in followers:
-                cluster.resume(n)
+            for n in paused:
+                after(n)
         assert orig.type == INFO and "commit" in orig.get("error"), orig
+        return orig
     finally:
-        c.close()  # the producer crashes; it comes back as a new client and process
+        c.close()
+
+
+def test_a_batch_whose_commit_timed_out_but_was_stored_is_held_when_resent(cluster):
+    h = _History()
+    leader, followers = _stream_and_its_leader(cluster, h, 1)
+    # The leader stages a batch alone, but commits it only with a follower: with both
+    # paused the commit gets no answer in time. Then they come back and it replicates.
+    orig = _batch_left_unanswered(cluster, h, leader, 1, (2, 3), paused=followers, after=cluster.resume)
     c = _client(cluster)
     try:
         again = _until_ok(h, c, 2, RESEND, _sends(1, 2, 3), resend_of=orig.index)
@@ -105,24 +120,9 @@ def test_a_batch_whose_commit_timed_out_but_was_stored_is_held_when_resent(clust
 def test_a_batch_whose_leader_died_before_reading_its_commit_is_stored_by_the_resend(tmp_path):
     with running(local_lifecycle(tmp_path)) as lc:
         h = _History()
-        c = _client(lc)
-        try:
-            _until_ok(h, c, 0, "send", _sends(2, 1))
-        finally:
-            c.close()
-        leader = stream_leader(lc, "lq-2")
-        followers = [s.name for s in lc.specs if s.name != leader]
-        c = _client(lc, leader)
-        try:
-            # A batch of one is its own commit; the paused leader never reads it, and dies.
-            lc.pause(leader)
-            try:
-                orig = h.run(c, 1, "send", _sends(2, 2))
-            finally:
-                lc.kill(leader)
-            assert orig.type == INFO and "commit" in orig.get("error"), orig
-        finally:
-            c.close()
+        leader, followers = _stream_and_its_leader(lc, h, 2)
+        # A batch of one is its own commit; the paused leader never reads it, and dies.
+        orig = _batch_left_unanswered(lc, h, leader, 2, (2,), paused=[leader], after=lc.kill)
         _new_leader(lc, "lq-2", leader, followers, timeout=SETTLE_S)
         c = _client(lc, followers[0], op_timeout=30.0)
         try:

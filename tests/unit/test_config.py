@@ -165,3 +165,31 @@ def test_a_subscribe_consumer_that_auto_commits_is_not_said_to_commit_after() ->
         sub = describe(apply_guarantee(resolve_config(None, {"sub_via": "subscribe", "client": client})))
         assert sub["offset_commit"].startswith("by the client's auto-commit timer"), client
         assert describe(apply_guarantee(resolve_config(None, {"client": client})))["offset_commit"] == "after"
+
+
+@pytest.mark.parametrize("flags", [
+    ("--workload", "pipeline"),
+    ("--workload", "offsets"),
+    ("--system", "jetstream", "--workload", "kv"),
+    ("--system", "jetstream", "--workload", "pipeline", "--guarantee", "exactly-once"),  # Msg-Ids, no txn
+])
+def test_txn_is_refused_in_one_line_for_a_workload_without_transactions(tmp_path, flags) -> None:
+    from tests.unit.test_system_config import _refused
+
+    line = _refused(tmp_path, *flags, "--txn")
+    workload = flags[flags.index("--workload") + 1]
+    assert line == f"ConfigError: txn: workload {workload} has no transactions to turn on; txn is for queue", line
+
+
+def test_txn_stays_where_the_guarantee_already_runs_the_workload_in_transactions(tmp_path) -> None:
+    from logquake.config import load_run_config
+    from logquake.guarantees import apply_guarantee
+
+    # Kafka's exactly-once pipeline commits its offsets in transactions: its test.json says
+    # txn, and `check` of that run directory loads it again.
+    cfg = apply_guarantee(resolve_config(None, {"workload": "pipeline", "guarantee": "exactly-once"}))
+    save_config(cfg, tmp_path / "test.json")
+    assert load_run_config(tmp_path).txn is True
+    assert resolve_config(None, {"workload": "pipeline", "guarantee": "exactly-once", "txn": True}).txn
+    with pytest.raises(ConfigError, match="^txn: workload pipeline"):
+        resolve_config(None, {"workload": "pipeline", "guarantee": "idempotent", "txn": True})

@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from logquake.errors import HistoryFormatError
@@ -334,16 +335,23 @@ def _op_from_parsed(d: dict[str, Any]) -> Op:
     s_index(op, d.pop("index"))
     s_time(op, d.pop("time"))
     s_process(op, d.pop("process"))
-    s_type(op, d.pop("type"))
-    s_f(op, d.pop("f"))
+    typ = d.pop("type")
+    s_type(op, _TYPE_NAMES[typ])  # (_parse_line checked it is one of TYPES)
+    f = d.pop("f")
+    s_f(op, _F_NAMES.setdefault(f, f))
     s_value(op, d.pop("value", None))
-    # A dict keeps the table it grew to when its keys are popped: most ops have no extra
-    # field, and a fresh empty dict is a quarter of the size.
-    _SET_EXTRA(op, d if d else {})
+    # Most ops have no extra field: they share one empty mapping, read-only so that no
+    # writer can give them all a field (an empty dict each was 64 bytes an op).
+    _SET_EXTRA(op, d if d else _NO_EXTRA)
     return op
 
 
 _SET_EXTRA = Op.__dict__["extra"].__set__
+_NO_EXTRA: Any = MappingProxyType({})
+# Each op's type and f as one shared string per name, not one decoded per line (~100 bytes
+# an op, a tenth of a loaded queue op). f names are few: the workloads' operations.
+_TYPE_NAMES = {t: t for t in TYPES}
+_F_NAMES: dict[str, str] = {}
 
 
 def read_history(path: str | os.PathLike[str], *, validate: bool = True) -> Iterator[Op]:

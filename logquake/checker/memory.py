@@ -10,7 +10,7 @@ fit, where reading it would have ended in the kernel's OOM killer halfway throug
 
 Between the two estimates for a check there is a leaner way to hold the history: every
 poll's pairs in one int64 array as it is read, and invocations sharing their completions'
-values (checker/queue_pairs.py), about a third less memory for a read that takes more CPU
+values (checker/queue_pairs.py), about 40 % less memory for a read that takes more CPU
 (the pairs are decoded, then copied). `plan_check`
 picks it only when the plain way would not fit.
 """
@@ -28,10 +28,11 @@ __all__ = ["CheckPlan", "HistorySize", "history_size", "parse_size", "plan_check
 
 # Peak RSS per byte of history.jsonl beyond the process's own, measured with /usr/bin/time
 # on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB, read by
-# queue_pairs.load_queue_history 2,082 MiB (bench_checker --measure, 2026-12-02 14:05),
-# `logquake report` (no results.json) 258 MiB; rounded up a little.
+# queue_pairs.load_queue_history 1,798 MiB at 1M and 5,242 MiB at 3M (8.0 and 7.9 bytes a
+# byte; bench_checker --measure, 2026-12-02 17:20), `logquake report` (no results.json)
+# 258 MiB; rounded up a little.
 CHECK_PER_BYTE = 15.0
-STORED_CHECK_PER_BYTE = 10.0
+STORED_CHECK_PER_BYTE = 9.0
 REPORT_PER_BYTE = 0.9
 BASE = 80 * 2**20  # the interpreter, numpy and the CLI's imports: a 100-op history's peak
 

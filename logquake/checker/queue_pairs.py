@@ -28,6 +28,7 @@ import os
 from array import array
 from collections.abc import Iterator
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from logquake.gcpause import paused_gc
@@ -58,12 +59,17 @@ class PairStore:
         if type(value) is not list:
             return
         queued = self._queued
+        start = len(queued)
+        polls = 0
         for mop in value:
             if type(mop) is list and len(mop) > 1 and mop[0] == "poll" and type(mop[1]) is dict:
                 read = mop[1]
+                polls += 1
                 for k, pairs in read.items():
                     if type(pairs) is list:
                         queued.append((read, k, pairs))
+        if polls > 1:  # the op's polls of one key side by side: `joined` then copies nothing
+            queued[start:] = sorted(queued[start:], key=_KEY_OF_QUEUED)
         if len(queued) >= _BATCH:
             self.flush()
 
@@ -116,6 +122,7 @@ class PairStore:
 
 
 _BATCH = 4096
+_KEY_OF_QUEUED = itemgetter(1)
 
 
 def _all_int_pairs(lists: list[list]) -> bool:
@@ -134,8 +141,11 @@ _PAIR_TYPES = {list, tuple}
 
 
 def joined(a: Pairs | list, b: Pairs | list) -> Pairs | list:
-    """An op's two polls of one key as one read: a view when both are views of one store."""
+    """An op's two polls of one key as one read: a view when both are views of one store
+    (of the pairs where they lie when b follows a, as take_polls places them)."""
     if type(a) is Pairs and type(b) is Pairs and a.data is b.data:
+        if b.start == a.start + a.n:
+            return Pairs(a.data, a.start, a.n + b.n)
         data = a.data
         start = len(data)
         data.extend(data[2 * a.start : 2 * (a.start + a.n)])

@@ -22,7 +22,8 @@ from logquake.checker.memory import (
     plan_check,
     refuse_report,
 )
-from logquake.checker.queue_pairs import Pairs, PairStore, load_queue_history
+from logquake.checker.queue_build import build_index
+from logquake.checker.queue_pairs import Pairs, PairStore, joined, load_queue_history
 from logquake.errors import UserError
 from logquake.history import Op, load_history, write_history
 from tests.checker.histories import with_bug
@@ -219,3 +220,17 @@ def test_bench_tiles_a_history_into_copies_on_keys_and_processes_of_their_own(tm
     assert b["stats"] == {k: 3 * v for k, v in a["stats"].items()}
     for typ, entry in a["anomalies"].items():
         assert b["anomalies"][typ]["count"] == 3 * entry["count"], typ
+
+
+def test_an_ops_polls_of_one_key_lie_side_by_side_and_join_without_a_copy(tmp_path):
+    path = tmp_path / "history.jsonl"
+    write_history(path, [Op(index=0, process=0, type="invoke", f="txn", value=[["poll"], ["poll"]]),
+                         Op(index=1, process=0, type="ok", f="txn",
+                            value=[["poll", {"1": [[0, 1]], "2": [[0, 5]]}], ["poll", {"1": [[1, 2]]}]])])
+    done = load_queue_history(path)[1]
+    a, b = done.value[0][1]["1"], done.value[1][1]["1"]
+    assert list(done.value[0][1]) == ["1", "2"]  # the poll's own order of keys, as read
+    assert b.start == a.start + a.n
+    size = len(a.data)
+    assert joined(a, b) == [[0, 1], [1, 2]] and len(a.data) == size
+    assert build_index(load_queue_history(path)).txns[0].reads == {1: [(0, 1), (1, 2)], 2: [(0, 5)]}

@@ -235,3 +235,14 @@ def test_writer_encodes_what_orjson_refuses_with_the_stdlib(tmp_path) -> None:
         w.write(Op(process=0, type="invoke", f="poll", value=[["poll"]], extra={"big": 2**70, "m": {1: "x"}}))
     (op,) = load_history(path)
     assert op.extra == {"big": 2**70, "m": {"1": "x"}}
+
+
+def test_read_ops_share_their_names_and_an_empty_extra_that_no_one_can_fill(tmp_path) -> None:
+    path = tmp_path / "h.jsonl"
+    write_history(path, [Op(index=i, process=0, type=t, f="txn", value=[]) for i, t in enumerate(["invoke", "ok"])]
+                  + [Op(index=2, process=1, type="invoke", f="poll", extra={"final": True})])
+    a, b, c = load_history(path)
+    assert a.f is b.f and a.extra is b.extra and a.extra == {} and a.to_dict()["f"] == "txn"
+    assert c.extra == {"final": True} and c.extra is not a.extra
+    with pytest.raises(TypeError):
+        a.extra["final"] = True  # type: ignore[index]

@@ -104,7 +104,7 @@ from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.batch import version_tuple  # `batch` is also a parameter below
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.client import TOPIC_PREFIX, QueueClient, add_polled, complete, seek_back
-from logquake.workloads.generator import NODE, RESEND
+from logquake.workloads.generator import NODE
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
@@ -610,9 +610,9 @@ class JetStreamClient(QueueClient):
         """One atomic batch of the transaction's sends (batch.py), tried again with a fresh
         batch id after an attempt that certainly stored nothing, or (Msg-Ids on) one whose
         commit a server rejected from its own state. fail only when every attempt certainly
-        stored nothing. The stream holding the batch's Msg-Ids (`batch.Held`) after an attempt
-        that may have stored it, or for a restarted producer's `resend`, is ok with offsets
-        unknown."""
+        stored nothing. The stream holding the batch's Msg-Ids (`batch.Held`: stored by an
+        earlier attempt, or for a restarted producer's `resend` by the original) is ok with
+        offsets unknown."""
         value = [list(m) for m in op.value]
         if (why := batch.refusal(value)) is not None:
             return complete(op, FAIL, value, error=why)
@@ -629,9 +629,7 @@ class JetStreamClient(QueueClient):
         maybe = False  # an attempt of this op may have stored the batch
         while True:
             sent.note()
-            # Msg-Ids are `key-value`, a send's own: held on a retry, an earlier attempt stored them.
-            outcome, why, again = await self._batch(k, values, abort=bool(op.get("abort")),
-                                                    held_ok=maybe or sent.made > 1 or op.f == RESEND)
+            outcome, why, again = await self._batch(k, values, abort=bool(op.get("abort")))
             if isinstance(outcome, batch.Committed):
                 done = [["send", k, [off, v]] for off, v in zip(outcome.offsets(), values, strict=True)]
                 return _with_attempts(complete(op, OK, done), sent, False)
@@ -652,12 +650,18 @@ class JetStreamClient(QueueClient):
                                       sent, False)
             await asyncio.sleep(RETRY_BACKOFF)
 
-    async def _batch(self, k: int, values: list[Any], *, abort: bool,
-                     held_ok: bool = False) -> tuple[batch.Committed | batch.Held | str, str, bool]:
+    async def _batch(self, k: int, values: list[Any], *,
+                     abort: bool) -> tuple[batch.Committed | batch.Held | str, str, bool]:
         """Publish one batch: (Committed, "", False), (Held, why, False) when the stream holds
-        its Msg-Ids and `held_ok` (an earlier publish may have stored it), or (fail|info, why,
-        whether to try again): after a certain non-store another attempt might not meet, or,
-        Msg-Ids on, after a rejected commit that may hide a store the dedup will reveal."""
+        its Msg-Ids, or (fail|info, why, whether to try again): after a certain non-store
+        another attempt might not meet, or, Msg-Ids on, after a rejected commit that may hide
+        a store the dedup will reveal.
+
+        Msg-Ids are `key-value` and a value is sent once, so only this op's attempts (or the
+        original of a `resend`) publish these ids: the stream holding one of them holds the
+        batch, stored whole by an earlier attempt. Unless an id is twice in the batch, a
+        fault of the batch itself that every server finds alike."""
+        repeats = len(set(values)) < len(values)
         bid = batch.new_id()
         for seq, v in enumerate(values, start=1):
             commit = seq == len(values) and not abort
@@ -678,7 +682,7 @@ class JetStreamClient(QueueClient):
             if isinstance(got, batch.Committed):
                 return got, "", False
             if isinstance(got, batch.Rejected):
-                if commit and held_ok and got.held:
+                if commit and got.held and not repeats:
                     return batch.Held(), f"message {seq}: {got}", False
                 if got.code == batch.ATOMIC_DISABLED:
                     await self._ensure_atomic(k)
@@ -686,7 +690,7 @@ class JetStreamClient(QueueClient):
                     await self._abandon(k, bid, seq)
                     return FAIL, f"message {seq}: {got}", not got.final
                 # A Msg-Id twice in the batch is a fault of the batch itself, found by every server.
-                outcome = FAIL if got.held and len(set(values)) < len(values) else got.outcome()
+                outcome = FAIL if got.held and repeats else got.outcome()
                 # Msg-Ids on, a retry of a batch stored meanwhile meets its ids (in process, or
                 # held: `Held`) instead of storing it again.
                 again = not got.final and (outcome == FAIL or self.idempotent)

@@ -44,9 +44,9 @@ before proposing anything, against the ids the stream stored within its duplicat
 `ID_IN_PROCESS` (stream.go `processJetStreamAtomicBatchMsg`, jetstream_batching.go
 `checkMsgHeadersPreClusteredProposal`, nats-server 2.12.1 and later; 2.12.0 refuses Msg-Ids
 in batches). A batch is stored whole or not at all, so a resend so rejected repeats a batch
-that was stored whole: `Held`, the resend ok with its offsets unknown. So is a later attempt
-of one op (a send) after an attempt that may have stored the batch: the Msg-Ids are the
-op's own (`key-value`, one value one send), so the stream holds them from that attempt.
+that was stored whole: `Held`, the resend ok with its offsets unknown. So is a send's
+attempt so rejected: a Msg-Id is `key-value` and a value is sent once, so the ids held are
+the op's own, stored by one of its earlier attempts (whose answer was not to be trusted).
 
 Reads need no special handling: the leader applies a committed batch under the lock its
 reads take, so a read returns all of a batch or none of it, and the checker's analyses of
@@ -137,12 +137,6 @@ class Rejected:
         return FAIL if self.code in _REJECTED else INFO
 
     @property
-    def in_process(self) -> bool:
-        """Is a Msg-Id of the batch in a proposal not yet applied? (An earlier publish of the
-        batch was proposed: tried again, it meets the ids held, or nothing.)"""
-        return self.code == ID_IN_PROCESS
-
-    @property
     def final(self) -> bool:
         """Would the same batch be rejected again? (Else a retry may pass: a new leader, a
         stream that now allows atomic publish, a free slot among the batches in flight.)"""
@@ -159,10 +153,11 @@ class Rejected:
 
 @dataclass(frozen=True, kw_only=True)
 class Held:
-    """A resent batch, or a later attempt of one op, rejected because the stream holds its
-    Msg-Ids (`Rejected.held`): the batch it repeats, stored whole or not at all, was stored
-    whole by an earlier publish (the original, an earlier resend, an earlier attempt that
-    may have stored it) within the duplicate window, and this one stored nothing. The reply names no sequence, so the values' offsets stay unknown."""
+    """A batch rejected because the stream holds its Msg-Ids (`Rejected.held`), none twice in
+    it: the batch it repeats, stored whole or not at all, was stored whole by an earlier
+    publish of those ids (an earlier attempt of the op; for a resend, the original or an
+    earlier resend) within the duplicate window, and this one stored nothing. The reply
+    names no sequence, so the values' offsets stay unknown."""
 
     def sends(self, k: int, values: list[Any]) -> list[list[Any]]:
         """The resend's completed micro-ops: each value acknowledged, its offset unknown."""

@@ -25,10 +25,14 @@ batch path). nats-py has no helper for it, so the adapter speaks the headers its
 
 What the client reports (fail only where nothing can have been stored, docs/architecture.md):
 the op is ok with the PubAck's offsets; fail when the commit was never sent (a message
-before it was refused or went unanswered: the batch was abandoned) or when the leader
-rejected the commit for a reason it checks before replicating anything (`_REJECTED`);
+before it was refused or went unanswered: the batch was abandoned) or when the commit was
+rejected for a fault of the message itself (`_REJECTED`), which every server finds alike;
 info otherwise (no reply to the commit, a rejection that can come after the batch was
-proposed, an ack that does not confirm this batch).
+proposed, one made from the answering server's own state, an ack that does not confirm this
+batch). A rejection from state is no proof: the server that answered first need not be the
+one that stored the batch (`_STATEFUL`). The op's attempts add up: one that may have stored
+the batch keeps the op from `fail`, and an idempotent producer (Msg-Ids) tries again after
+such a rejection, where the stream's dedup keeps a stored batch single and says so.
 
 A restarted producer resends a batch it was unsure of (its commit unanswered: a crash, a
 timeout, a failover) as the same messages under the same Msg-Ids in a new batch (a fresh
@@ -40,7 +44,9 @@ before proposing anything, against the ids the stream stored within its duplicat
 `ID_IN_PROCESS` (stream.go `processJetStreamAtomicBatchMsg`, jetstream_batching.go
 `checkMsgHeadersPreClusteredProposal`, nats-server 2.12.1 and later; 2.12.0 refuses Msg-Ids
 in batches). A batch is stored whole or not at all, so a resend so rejected repeats a batch
-that was stored whole: `Held`, the resend ok with its offsets unknown.
+that was stored whole: `Held`, the resend ok with its offsets unknown. So is a send's
+attempt so rejected: a Msg-Id is `key-value` and a value is sent once, so the ids held are
+the op's own, stored by one of its earlier attempts (whose answer was not to be trusted).
 
 Reads need no special handling: the leader applies a committed batch under the lock its
 reads take, so a read returns all of a batch or none of it, and the checker's analyses of
@@ -73,20 +79,30 @@ ATOMIC_DISABLED = 10174  # the stream does not allow atomic publish (yet): turn 
 DUPLICATE_ID = 10201  # a Msg-Id of the batch is stored (or twice in the batch): none of it is
 ID_IN_PROCESS = 10158  # a Msg-Id of the batch is in a proposal not yet applied: none of it is
 
-# The error codes of rejections the leader makes before it proposes the batch to its
-# replicas: a commit rejected with one of these stored nothing. A rejection with any other
-# code (a stream limit, an expected-sequence check) may also come from applying the
-# proposal, where messages before the failing one are already stored.
+# The error codes of rejections that store nothing whichever server makes them: checks of
+# the message itself, which every server makes alike. A commit rejected with one of these
+# stored nothing.
 _REJECTED: dict[int, str] = {
-    ATOMIC_DISABLED: "atomic publish disabled on the stream",
     10175: "batch sequence missing",
-    10176: "batch incomplete: a gap, an unknown batch, or one abandoned by its leader",
     10177: "a header batches do not support",
     10179: "batch id invalid",
     10199: "batch too large",
     10200: "batch commit invalid",
-    DUPLICATE_ID: "batch contains a duplicate message id",
+}
+# Rejections the leader also makes before proposing, but from its own state: what it staged,
+# its batches in flight, its copy of the stream's config and of the Msg-Ids. A commit so
+# rejected is `info`, not `fail`: the server that answered need not be the one that stored
+# the batch. Around a partition's heal the old leader, cut off and not yet told of the new
+# term, still subscribes to the stream's subjects beside the new leader; both get every
+# message, both answer, and the client takes the first reply (soak 20261202T163620, op
+# 20056: the new leader stored the batch at 56-59 while the attempt was answered as a
+# rejection, so the retry met the batch's Msg-Ids in process, then held).
+_STATEFUL: dict[int, str] = {
+    ATOMIC_DISABLED: "atomic publish disabled on the stream",
+    10176: "batch incomplete: a gap, an unknown batch, or one abandoned by its leader",
     10210: "too many batches in flight",
+    # The stream holds a Msg-Id of the batch: an earlier publish of it was stored.
+    DUPLICATE_ID: "batch contains a duplicate message id",
     # An earlier publish of the id is proposed and not yet applied: tried again, it meets
     # the id stored (DUPLICATE_ID) or, the proposal lost with its leader, nothing at all.
     ID_IN_PROCESS: "a message id of the batch is in a proposal not yet applied",
@@ -137,10 +153,11 @@ class Rejected:
 
 @dataclass(frozen=True, kw_only=True)
 class Held:
-    """A resent batch rejected because the stream holds its Msg-Ids (`Rejected.held`): the
-    batch it repeats, stored whole or not at all, was stored whole by an earlier publish
-    (the original, or an earlier resend) within the duplicate window, and this one stored
-    nothing. The reply names no sequence, so the values' offsets stay unknown."""
+    """A batch rejected because the stream holds its Msg-Ids (`Rejected.held`), none twice in
+    it: the batch it repeats, stored whole or not at all, was stored whole by an earlier
+    publish of those ids (an earlier attempt of the op; for a resend, the original or an
+    earlier resend) within the duplicate window, and this one stored nothing. The reply
+    names no sequence, so the values' offsets stay unknown."""
 
     def sends(self, k: int, values: list[Any]) -> list[list[Any]]:
         """The resend's completed micro-ops: each value acknowledged, its offset unknown."""
@@ -182,10 +199,13 @@ def headers(batch: str, seq: int, *, commit: bool, msg_id: str | None = None) ->
     return out
 
 
-def abort_headers(batch: str, staged: int) -> dict[str, str]:
-    """A commit that skips a sequence after `staged` messages: the leader drops the batch at
-    once (it would anyway, 10 s later) and frees its slot among the batches in flight."""
-    return headers(batch, staged + 2, commit=True)
+def abort_headers(batch: str, sent: int) -> dict[str, str]:
+    """A commit that skips a sequence after `sent` messages: the leader drops the batch at
+    once (it would anyway, 10 s later) and frees its slot among the batches in flight.
+    `sent` counts every message sent, the last one's answer missing or a rejection included:
+    a message that timed out may still arrive, and one another server rejected may be staged
+    on the leader, so a commit right after the last staged one would store the batch."""
+    return headers(batch, sent + 2, commit=True)
 
 
 def parse_reply(data: bytes, *, batch: str, count: int) -> Reply:

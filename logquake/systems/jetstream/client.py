@@ -104,7 +104,7 @@ from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.batch import version_tuple  # `batch` is also a parameter below
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.client import TOPIC_PREFIX, QueueClient, add_polled, complete, seek_back
-from logquake.workloads.generator import NODE, RESEND
+from logquake.workloads.generator import NODE
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
@@ -608,9 +608,11 @@ class JetStreamClient(QueueClient):
 
     async def _atxn(self, op: Op) -> Op:
         """One atomic batch of the transaction's sends (batch.py), tried again with a fresh
-        batch id while every earlier attempt certainly stored nothing. A restarted
-        producer's `resend` of a batch is the same batch again: ok when stored now, ok with
-        offsets unknown when the stream already holds its Msg-Ids (`batch.Held`)."""
+        batch id after an attempt that certainly stored nothing, or (Msg-Ids on) one whose
+        commit a server rejected from its own state. fail only when every attempt certainly
+        stored nothing. The stream holding the batch's Msg-Ids (`batch.Held`: stored by an
+        earlier attempt, or for a restarted producer's `resend` by the original) is ok with
+        offsets unknown."""
         value = [list(m) for m in op.value]
         if (why := batch.refusal(value)) is not None:
             return complete(op, FAIL, value, error=why)
@@ -624,27 +626,42 @@ class JetStreamClient(QueueClient):
         deadline = loop.time() + self.op_timeout
         sent = _Attempts()  # each attempt that may have stored the batch, for the duplicate window
         errors: list[str] = []
+        maybe = False  # an attempt of this op may have stored the batch
         while True:
             sent.note()
-            outcome, why, again = await self._batch(k, values, abort=bool(op.get("abort")), resend=op.f == RESEND)
+            outcome, why, again = await self._batch(k, values, abort=bool(op.get("abort")))
             if isinstance(outcome, batch.Committed):
                 done = [["send", k, [off, v]] for off, v in zip(outcome.offsets(), values, strict=True)]
                 return _with_attempts(complete(op, OK, done), sent, False)
             if isinstance(outcome, batch.Held):
                 sent.stored_nothing()  # this attempt did not: the copy the stream holds is older
-                return _with_attempts(complete(op, OK, outcome.sends(k, values)), sent, True)
+                done = _with_attempts(complete(op, OK, outcome.sends(k, values)), sent, True)
+                if errors:  # how the op got here: the attempts that left it unsure
+                    done.extra["error"] = _attempt_errors([*errors, why])
+                return done
             if outcome == FAIL:
                 sent.stored_nothing()
+            else:
+                maybe = True
             errors.append(why)
             if not again or op.get("abort") or deadline - loop.time() < PUBLISH_TIMEOUT:
-                return _with_attempts(complete(op, outcome, value, error="; ".join(errors[-3:])), sent, False)
+                # One attempt that may have stored the batch makes the whole op unknown.
+                return _with_attempts(complete(op, INFO if maybe else FAIL, value, error=_attempt_errors(errors)),
+                                      sent, False)
             await asyncio.sleep(RETRY_BACKOFF)
 
-    async def _batch(self, k: int, values: list[Any], *, abort: bool,
-                     resend: bool = False) -> tuple[batch.Committed | batch.Held | str, str, bool]:
-        """Publish one batch: (Committed, "", False), (Held, "", False) for a `resend` the
-        stream already holds, or (fail|info, why, whether to try again): only after a
-        certain non-store that another attempt might not meet."""
+    async def _batch(self, k: int, values: list[Any], *,
+                     abort: bool) -> tuple[batch.Committed | batch.Held | str, str, bool]:
+        """Publish one batch: (Committed, "", False), (Held, why, False) when the stream holds
+        its Msg-Ids, or (fail|info, why, whether to try again): after a certain non-store
+        another attempt might not meet, or, Msg-Ids on, after a rejected commit that may hide
+        a store the dedup will reveal.
+
+        Msg-Ids are `key-value` and a value is sent once, so only this op's attempts (or the
+        original of a `resend`) publish these ids: the stream holding one of them holds the
+        batch, stored whole by an earlier attempt. Unless an id is twice in the batch, a
+        fault of the batch itself that every server finds alike."""
+        repeats = len(set(values)) < len(values)
         bid = batch.new_id()
         for seq, v in enumerate(values, start=1):
             commit = seq == len(values) and not abort
@@ -653,24 +670,31 @@ class JetStreamClient(QueueClient):
                 reply = await self._nc.request(subject(k), str(v).encode(), timeout=PUBLISH_TIMEOUT, headers=hdrs)
             except Exception as e:  # noqa: BLE001 - classified below
                 if isinstance(e, nats.errors.NoRespondersError):
-                    await self._ensure_atomic(k)  # no stream yet: nobody received this message
+                    # The server connected to delivered the message nowhere (no subscriber
+                    # knew of): nobody received it, so no server can store the batch.
+                    await self._ensure_atomic(k)
                     return FAIL, f"message {seq}: {_err_text(e)}", True
                 if not commit:  # the commit was never sent: the batch is abandoned, nothing stored
-                    await self._abandon(k, bid, seq - 1)
+                    await self._abandon(k, bid, seq)
                     return FAIL, f"message {seq} of an uncommitted batch: {_err_text(e)}", True
                 return classify(e), f"commit: {_err_text(e)}", classify(e) == FAIL
             got = batch.parse_reply(reply.data, batch=bid, count=seq)
             if isinstance(got, batch.Committed):
                 return got, "", False
             if isinstance(got, batch.Rejected):
-                if commit and resend and got.held:
-                    return batch.Held(), "", False
+                if commit and got.held and not repeats:
+                    return batch.Held(), f"message {seq}: {got}", False
                 if got.code == batch.ATOMIC_DISABLED:
                     await self._ensure_atomic(k)
                 if not commit:
-                    await self._abandon(k, bid, seq - 1)
-                outcome = got.outcome() if commit else FAIL
-                return outcome, f"message {seq}: {got}", outcome == FAIL and not got.final
+                    await self._abandon(k, bid, seq)
+                    return FAIL, f"message {seq}: {got}", not got.final
+                # A Msg-Id twice in the batch is a fault of the batch itself, found by every server.
+                outcome = FAIL if got.held and repeats else got.outcome()
+                # Msg-Ids on, a retry of a batch stored meanwhile meets its ids (in process, or
+                # held: `Held`) instead of storing it again.
+                again = not got.final and (outcome == FAIL or self.idempotent)
+                return outcome, f"message {seq}: {got}", again
             if isinstance(got, batch.Unexpected):
                 return INFO, f"message {seq}: {got}", False
             if commit:
@@ -679,12 +703,11 @@ class JetStreamClient(QueueClient):
         await self._abandon(k, bid, len(values))
         return FAIL, "aborted on purpose: the batch was staged and never committed", False
 
-    async def _abandon(self, k: int, bid: str, staged: int) -> None:
-        """Tell the leader to drop a batch that will never be committed (it would in 10 s)."""
-        if staged == 0:
-            return
+    async def _abandon(self, k: int, bid: str, sent: int) -> None:
+        """Tell the leader to drop a batch of `sent` messages that will never be committed (it
+        would in 10 s): a gap after all of them, `batch.abort_headers`."""
         try:
-            await self._nc.publish(subject(k), b"", headers=batch.abort_headers(bid, staged))
+            await self._nc.publish(subject(k), b"", headers=batch.abort_headers(bid, sent))
         except Exception as e:  # noqa: BLE001 - uncommitted, the batch is dropped either way
             log.debug("abandon %s: %s", bid, _err_text(e))
 
@@ -796,6 +819,14 @@ class _Attempts:
     def stored_nothing(self) -> None:
         """The last attempt certainly stored nothing: it cannot have made a copy."""
         self.at.pop()
+
+
+def _attempt_errors(errors: list[str], keep: int = 3) -> str:
+    """An op's attempts' errors, one string: all of a few; of many, how many, the first (what
+    began it) and the last `keep` (what ended it)."""
+    if len(errors) <= keep + 1:
+        return "; ".join(errors)
+    return f"{len(errors)} attempts: first {errors[0]}; ...; last {'; '.join(errors[-keep:])}"
 
 
 def _with_attempts(done: Op, sent: _Attempts, duplicate: bool) -> Op:

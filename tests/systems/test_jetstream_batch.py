@@ -19,7 +19,7 @@ from logquake.systems.jetstream import batch
 from logquake.systems.jetstream.server import server_version
 from logquake.workloads.generator import Context
 from logquake.workloads.queue import make_generator
-from tests.checker.histories import H
+from tests.checker.histories import H, Timed
 from tests.unit.test_system_config import _refused
 
 
@@ -206,12 +206,11 @@ def test_an_ops_attempt_errors_keep_the_first_and_the_last_and_the_count() -> No
     assert _attempt_errors([str(i) for i in range(9)]) == "9 attempts: first 0; ...; last 6; 7; 8"
 
 
-def _soak_send(type_: str) -> list[dict]:
+def _soak_send(type_: str) -> Timed:
     """Soak 20261202T163620 op 20056 in small: a batch of 3, 4 to key 1, stored at 3, 4 by an
     attempt answered by another server's rejection; the op recorded as `type_` (the old
     client's fail, the fixed one's ok with offsets unknown after meeting its Msg-Ids held)."""
-    from tests.checker.test_batch_resend import _History
-    h = _History()
+    h = Timed()
     h.batch(0.5, 0.6, 0, 1, [1, 2], [1, 2])
     if type_ == "ok":
         h.batch(1.0, 3.0, 0, 1, [3, 4], [None, None], duplicate=True, attempts=[0, 10**8])

@@ -95,10 +95,12 @@ def test_a_skewed_broker_hands_work_between_threads_as_fast_as_a_plain_one(tmp_p
     rc = Path(spec.path("faketime.rc"))
     rc.parent.mkdir(parents=True)
     rc.write_text("-3600.000\n")
-    plain, _ = _handoffs({})
-    skewed, skew = _handoffs(faketime_env(spec, FAKETIME_SITE))
-    assert abs(skew + 3600) < 30  # the clock fault itself still works
-    assert skewed > plain / 4, (skewed, plain)
+    # The best of three interleaved rounds each: one round on a loaded 2-core machine can
+    # lose most of its second to other processes (10,464 vs 42,492 once, under a soak).
+    rounds = [(_handoffs({})[0], _handoffs(faketime_env(spec, FAKETIME_SITE))) for _ in range(3)]
+    plain, skewed = max(r[0] for r in rounds), max(r[1][0] for r in rounds)
+    assert all(abs(skew + 3600) < 30 for _, (_, skew) in rounds)  # the clock fault itself still works
+    assert skewed > plain / 4, rounds
 
 
 def _other_site(base: Path) -> Path:

@@ -626,7 +626,6 @@ class JetStreamClient(QueueClient):
         deadline = loop.time() + self.op_timeout
         sent = _Attempts()  # each attempt that may have stored the batch, for the duplicate window
         errors: list[str] = []
-        maybe = False  # an attempt of this op may have stored the batch
         while True:
             sent.note()
             outcome, why, again = await self._batch(k, values, abort=bool(op.get("abort")))
@@ -641,12 +640,10 @@ class JetStreamClient(QueueClient):
                 return done
             if outcome == FAIL:
                 sent.stored_nothing()
-            else:
-                maybe = True
             errors.append(why)
             if not again or op.get("abort") or deadline - loop.time() < PUBLISH_TIMEOUT:
-                # One attempt that may have stored the batch makes the whole op unknown.
-                return _with_attempts(complete(op, INFO if maybe else FAIL, value, error=_attempt_errors(errors)),
+                # One attempt that may have stored the batch (still in `sent.at`) makes the whole op unknown.
+                return _with_attempts(complete(op, INFO if sent.at else FAIL, value, error=_attempt_errors(errors)),
                                       sent, False)
             await asyncio.sleep(RETRY_BACKOFF)
 

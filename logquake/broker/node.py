@@ -57,6 +57,7 @@ from logquake.broker.raft import (
 )
 from logquake.broker.replica import MetadataReplica, PartitionReplica
 from logquake.broker.server import KafkaServer
+from logquake.broker.storage import DirLock, OpenFiles
 from logquake.broker.storage_adapter import open_store
 from logquake.broker.transport import PeerTransport
 from logquake.broker.wire import encode_message_parts
@@ -78,6 +79,8 @@ SERVE_DURING_WRITE_S = 0.002  # while a write runs: how often to apply new commi
 META_NAME = "meta"
 E = ErrorCode
 PID_BLOCK = 1000
+# Active segments kept open: the most recently written logs, none idle longer than this.
+OPEN_LOGS, OPEN_LOG_IDLE_S = 32, 30.0
 
 
 def group_name(gid: int) -> str:
@@ -127,6 +130,10 @@ class Node:
 
         self.api = KafkaApi(self)
         self.server = KafkaServer(self.api.handle, me.host, me.kafka_port, max_frame_bytes=cfg.max_frame_bytes)
+        # One lock for the whole data directory (not one per group) and a bounded set of open
+        # segments: fds must not grow with the partitions a node has ever held.
+        self._dir_lock = DirLock(cfg.data_dir)
+        self._files = OpenFiles(OPEN_LOGS, OPEN_LOG_IDLE_S)
         self.meta = self._open_metadata()
 
     # ---- life cycle ----------------------------------------------------------------------
@@ -156,6 +163,7 @@ class Node:
             self._writer.close()
         for g in self.groups.values():
             g.store.close()
+        self._dir_lock.close()
         log.info("node %d stopped", self.id)
 
     def stop(self) -> None:
@@ -183,7 +191,8 @@ class Node:
 
     def _make_raft(self, name: str, voters: tuple[int, ...], config: RaftConfig | None = None
                    ) -> tuple[RaftNode, Any]:
-        store = open_store(self.cfg.data_dir / "groups" / name, fsync=self.cfg.effective_fsync)
+        store = open_store(self.cfg.data_dir / "groups" / name, fsync=self.cfg.effective_fsync,
+                           files=self._files)
         hs, entries = store.load()
         raft = RaftNode(group=name, node_id=self.id, voters=voters, config=config or self.raft_cfg,
                         rng=random.Random(self.rng.random()), hard_state=hs, entries=entries)

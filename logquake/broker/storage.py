@@ -3,6 +3,7 @@
 Layout of a group's directory:
 
     LOCK                          flock'ed while open, so two processes never share a log
+                                  (absent when the caller locks a parent: `lock=False`)
     hardstate                     term, vote, commit (+ CRC); replaced atomically by rename
     00000000000000000001.seg      entries 1.. ; a new segment starts past `segment_bytes`
     00000000000000004711.seg      ...
@@ -21,6 +22,13 @@ once for many groups from a worker thread), `interval` leaves `sync()` to the sh
 `never` never fsyncs (the unsafe mode `fsync: never`: an acknowledged write can vanish on power
 loss). A commit-index-only change is kept in memory and written with the next durable save or
 at close: the commit index is advisory and Raft relearns it from the leader.
+
+Open files: a log holds no descriptor but its LOCK until its first append, and with an
+`OpenFiles` shared by many logs (a node's partitions), only the most recently written logs
+keep their active segment open: the least recently used one, or one idle for `idle_s`, is
+synced (unless `never`) and closed when another log needs a descriptor, and reopened on its
+next append. A node that has held hundreds of partitions thus holds a bounded number of fds
+(and so does LazyFS, which mirrors them).
 """
 
 from __future__ import annotations
@@ -31,15 +39,17 @@ import logging
 import os
 import struct
 import threading
+import time
 import zlib
 from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
 from logquake.broker.raft import Entry, HardState
 from logquake.errors import UserError
 
-__all__ = ["FSYNC_POLICIES", "SegmentLog", "StorageError"]
+__all__ = ["FSYNC_POLICIES", "DirLock", "OpenFiles", "SegmentLog", "StorageError"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +64,75 @@ _MAX_ENTRY = 1 << 30  # a length beyond this is garbage, not an entry
 
 class StorageError(UserError):
     """The data directory cannot be used (not a directory, not writable, in use, damaged)."""
+
+
+class DirLock:
+    """`directory` (created if missing) flock'ed through its LOCK file until `close()`: two
+    processes never use one data directory. A node takes one for its whole data directory."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        d = self.directory = Path(directory)
+        if d.exists() and not d.is_dir():
+            raise StorageError(f"data directory {d} exists and is not a directory")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            self._fd: int | None = os.open(d / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot use data directory {d}: {exc.strerror}", hint="check the path and its permissions"
+            ) from exc
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self._fd)
+            raise StorageError(
+                f"data directory {d} is in use by another process", hint="is another broker running on it?"
+            ) from exc
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class OpenFiles:
+    """The logs that keep their active segment open, at most `capacity`, least recently written
+    first; a log not written for `idle_s` gives its descriptor back at the next `use()`.
+
+    `use()` runs in whichever thread appends (one at a time: the node's ready loop or its
+    writer thread); the lock guards only against a log's `close()` from another thread."""
+
+    def __init__(self, capacity: int = 32, idle_s: float = 30.0) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.idle_s = idle_s
+        self._lru: OrderedDict[SegmentLog, float] = OrderedDict()  # log -> last use (monotonic)
+        self._mu = threading.Lock()
+
+    def use(self, log_: SegmentLog) -> None:
+        """`log_` is about to write: mark it most recent; close the descriptors of the least
+        recently used logs beyond capacity and of the idle ones."""
+        now = time.monotonic()
+        with self._mu:
+            self._lru[log_] = now
+            self._lru.move_to_end(log_)
+            victims = []
+            while len(self._lru) > 1:
+                old, last = next(iter(self._lru.items()))
+                if len(self._lru) <= self.capacity and now - last < self.idle_s:
+                    break
+                del self._lru[old]
+                victims.append(old)
+        for v in victims:
+            v._release_fd()
+
+    def forget(self, log_: SegmentLog) -> None:
+        with self._mu:
+            self._lru.pop(log_, None)
+
+    def __len__(self) -> int:
+        return len(self._lru)
 
 
 class _Segment:
@@ -73,10 +152,13 @@ class SegmentLog:
         directory: created if missing; must be writable and not used by another process.
         fsync: "always" | "interval" | "never" (see the module docstring).
         segment_bytes: roll to a new segment file once the current one reaches this size.
+        lock: flock `directory`/LOCK; False when the caller holds a `DirLock` on a parent.
+        files: the `OpenFiles` this log shares with others (None: it keeps its segment open).
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], *, fsync: str = "always", segment_bytes: int = 64 << 20
+        self, directory: str | os.PathLike[str], *, fsync: str = "always", segment_bytes: int = 64 << 20,
+        lock: bool = True, files: OpenFiles | None = None,
     ):
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
@@ -85,11 +167,12 @@ class SegmentLog:
         self.directory = Path(directory)
         self.fsync = fsync
         self.segment_bytes = segment_bytes
-        self._open_directory()
+        self._files = files
+        self._lock = self._open_directory(lock)
         self._segments: list[_Segment] = []
         self._firsts: list[int] = []
         self._last = 0
-        self._fd: int | None = None  # the active (last) segment, opened for appending
+        self._fd: int | None = None  # the active (last) segment, opened for appending when needed
         self._dirty = False
         self._dir_dirty = False
         # `sync()` may run in a worker thread while the loop appends: it only snapshots state
@@ -100,24 +183,19 @@ class SegmentLog:
         self._loaded = False
         self._closed = False
 
-    def _open_directory(self) -> None:
+    def _open_directory(self, lock: bool) -> DirLock | None:
+        if lock:
+            return DirLock(self.directory)
         d = self.directory
         if d.exists() and not d.is_dir():
             raise StorageError(f"data directory {d} exists and is not a directory")
         try:
             d.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(d / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StorageError(
                 f"cannot use data directory {d}: {exc.strerror}", hint="check the path and its permissions"
             ) from exc
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(self._lock_fd)
-            raise StorageError(
-                f"data directory {d} is in use by another process", hint="is another broker running on it?"
-            ) from exc
+        return None
 
     # ---- reading back ----------------------------------------------------------------------
 
@@ -149,8 +227,6 @@ class SegmentLog:
                 self._drop_segments(paths[pos + 1 :], "they follow a damaged segment")
                 break
         self._last = len(entries)
-        if self._segments:
-            self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
         self._hs = self._hs_on_disk = hs
         self._loaded = True
         self._sync_dir()
@@ -242,6 +318,8 @@ class SegmentLog:
         self._check_loaded()
         if not entries:
             return
+        if self._files is not None:
+            self._files.use(self)  # may close other logs' descriptors (never under our _mu)
         with self._mu:
             self._append_locked(entries)
         if sync if sync is not None else self.fsync == "always":
@@ -272,11 +350,11 @@ class SegmentLog:
             parts.append(data)
             new_offsets.append(pos)
             pos += _HDR.size + length
-        assert self._fd is not None
+        fd = self._active_fd()
         try:
-            _write_all(self._fd, b"".join(parts))
+            _write_all(fd, b"".join(parts))
         except OSError:
-            os.ftruncate(self._fd, start)  # e.g. ENOSPC: leave no half record behind, then fail loudly
+            os.ftruncate(fd, start)  # e.g. ENOSPC: leave no half record behind, then fail loudly
             raise
         seg.offsets.extend(new_offsets)
         seg.size = pos
@@ -305,8 +383,25 @@ class SegmentLog:
         self._dir_dirty = True
         self._dirty = True
         self._last = index - 1
-        if self._segments:
+        if self._segments:  # reopened now: the cut file must be synced before any roll closes it
+            self._active_fd()
+
+    def _active_fd(self) -> int:
+        if self._fd is None:
             self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
+        return self._fd
+
+    def _release_fd(self) -> None:
+        """Close the active segment (it reopens on the next append), synced first unless `never`:
+        a later `sync()` has no descriptor left to sync it through."""
+        with self._mu:
+            if self._fd is None:
+                return
+            if self._dirty and self.fsync != "never":
+                os.fdatasync(self._fd)
+            self._dirty = False
+            os.close(self._fd)
+            self._fd = None
 
     def _roll(self, first: int) -> None:
         if self._fd is not None:
@@ -391,11 +486,14 @@ class SegmentLog:
                 self.sync()
         finally:
             self._closed = True
+            if self._files is not None:
+                self._files.forget(self)
             with self._mu:
                 if self._fd is not None:
                     os.close(self._fd)
                     self._fd = None
-            os.close(self._lock_fd)
+            if self._lock is not None:
+                self._lock.close()
 
     def __enter__(self) -> SegmentLog:
         return self

@@ -2,7 +2,9 @@
 
 The node writes every group's Ready with `append(entries, hard_state)` (no fsync), then
 fsyncs all written logs together with `sync()` from one worker thread (fsync coalescing
-across groups), so one fsync round covers everything a loop turn produced.
+across groups), so one fsync round covers everything a loop turn produced. The node locks its
+whole data directory once (`DirLock`) and its logs share one `OpenFiles`, so its descriptors
+stay bounded however many partitions it has held.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from logquake.broker.raft import Entry, HardState
-from logquake.broker.storage import SegmentLog
+from logquake.broker.storage import OpenFiles, SegmentLog
 
 __all__ = ["GroupStore", "open_store"]
 
@@ -18,8 +20,8 @@ __all__ = ["GroupStore", "open_store"]
 class GroupStore:
     """One group's log: load, append (+ hard state), sync, close."""
 
-    def __init__(self, path: Path, fsync: str) -> None:
-        self._log = SegmentLog(path, fsync=fsync)
+    def __init__(self, path: Path, fsync: str, files: OpenFiles) -> None:
+        self._log = SegmentLog(path, fsync=fsync, lock=False, files=files)
 
     def load(self) -> tuple[HardState | None, list[Entry]]:
         return self._log.load()
@@ -39,5 +41,6 @@ class GroupStore:
         self._log.close()
 
 
-def open_store(path: Path, *, fsync: str) -> GroupStore:
-    return GroupStore(path, fsync)
+def open_store(path: Path, *, fsync: str, files: OpenFiles) -> GroupStore:
+    """A group's store under a node's data directory (which the node has locked)."""
+    return GroupStore(path, fsync, files)

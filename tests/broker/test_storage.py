@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from logquake.broker.raft import Entry, HardState, RaftNode
-from logquake.broker.storage import SegmentLog, StorageError
+from logquake.broker.storage import DirLock, OpenFiles, SegmentLog, StorageError
 
 
 def ents(first: int, last: int, term: int = 1, size: int = 100) -> list[Entry]:
@@ -248,3 +248,46 @@ def test_sync_from_a_worker_thread_while_appending_and_truncating(tmp_path: Path
     s.close()
     assert not errors
     assert reopen(tmp_path)[1] == want
+
+
+def _open_under(root: Path) -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(root))
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.parametrize("policy", ["always", "interval", "never"])
+def test_logs_sharing_open_files_hold_few_descriptors_and_lose_nothing(tmp_path: Path, policy: str) -> None:
+    lock = DirLock(tmp_path)
+    with pytest.raises(StorageError, match="in use by another process"):
+        DirLock(tmp_path)
+    files = OpenFiles(capacity=8)
+    logs = [SegmentLog(tmp_path / f"g{k}", fsync=policy, lock=False, files=files, segment_bytes=300)
+            for k in range(100)]
+    for s in logs:
+        s.load()
+    assert _open_under(tmp_path) == 1  # the lock alone: nothing is opened before a write
+    for rnd in range(3):  # each round reopens every log's segment (rolling, rewriting a suffix)
+        for s in logs:
+            s.append(ents(max(1, rnd * 2), rnd * 2 + 2, term=rnd + 1), sync=False)
+        for s in logs:
+            s.sync()
+        assert _open_under(tmp_path) <= 1 + 8
+    idle = OpenFiles(capacity=8, idle_s=0.0)  # idle at once: only the log being written stays open
+    s0 = SegmentLog(tmp_path / "i0", fsync=policy, lock=False, files=idle)
+    s1 = SegmentLog(tmp_path / "i1", fsync=policy, lock=False, files=idle)
+    for s in (s0, s1):
+        s.load()
+        s.append(ents(1, 1))
+    assert len(idle) == 1
+    for s in [*logs, s0, s1]:
+        s.close()
+    lock.close()
+    assert _open_under(tmp_path) == 0
+    want = ents(1, 1, term=1) + ents(2, 3, term=2) + ents(4, 6, term=3)
+    for k in range(100):
+        assert reopen(tmp_path / f"g{k}")[1] == want

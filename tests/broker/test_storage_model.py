@@ -1,0 +1,120 @@
+"""A Hypothesis model of SegmentLog: logs sharing a tiny OpenFiles (so descriptors are taken
+from one log and given back on its next append) against plain lists of entries.
+
+Rules append (past the end or over a suffix, so truncating within and across segments), sync,
+reopen a log (close, then load it again) and read a log's directory afresh while its writer
+stays open; every read must give exactly the model's list."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from logquake.broker.raft import Entry
+from logquake.broker.storage import FSYNC_POLICIES, DirLock, OpenFiles, SegmentLog
+
+LOGS = 3
+CAPACITY = 1  # fewer open segments than logs: nearly every switch of log evicts another's fd
+
+logs_ = st.integers(0, LOGS - 1)
+payloads = st.binary(max_size=60)
+
+
+class StorageModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="lq-storage-model-"))
+        self.lock = DirLock(self.root)
+        self.files = OpenFiles(capacity=CAPACITY)
+        self.model: list[list[Entry]] = [[] for _ in range(LOGS)]
+        self.logs: list[SegmentLog] = []
+        self.term = 1
+        self.fsync = "always"
+        self.segment_bytes = 200
+
+    @initialize(fsync=st.sampled_from(FSYNC_POLICIES), segment_bytes=st.sampled_from([40, 200, 1 << 20]))
+    def open_all(self, fsync: str, segment_bytes: int) -> None:
+        self.fsync, self.segment_bytes = fsync, segment_bytes
+        self.logs = [self._open(k) for k in range(LOGS)]
+
+    def _open(self, k: int) -> SegmentLog:
+        s = SegmentLog(self.root / f"g{k}", fsync=self.fsync, segment_bytes=self.segment_bytes,
+                       lock=False, files=self.files)
+        hs, got = s.load()
+        assert hs is None
+        assert got == self.model[k]
+        return s
+
+    @rule(k=logs_, back=st.integers(0, 12), data=st.lists(payloads, min_size=1, max_size=6),
+          new_term=st.booleans(), sync=st.sampled_from([None, False]))
+    def append(self, k: int, back: int, data: list[bytes], new_term: bool, sync: bool | None) -> None:
+        """Append at `back` entries before the end: 0 extends, more replaces a suffix."""
+        self.term += new_term
+        first = max(1, len(self.model[k]) + 1 - back)
+        batch = [Entry(self.term, first + i, d) for i, d in enumerate(data)]
+        self.logs[k].append(batch, sync=sync)
+        self.model[k][first - 1 :] = batch
+
+    @rule(k=logs_, first=st.integers(2, 40))
+    def append_past_the_end_is_refused(self, k: int, first: int) -> None:
+        s = self.logs[k]
+        if first <= s.last_index + 1:
+            return
+        try:
+            s.append([Entry(self.term, first, b"gap")])
+        except ValueError:
+            return
+        raise AssertionError(f"append at {first} after {s.last_index} was accepted")
+
+    @rule(k=logs_)
+    def sync(self, k: int) -> None:
+        self.logs[k].sync()
+
+    @rule(k=logs_)
+    def reopen(self, k: int) -> None:
+        self.logs[k].close()
+        self.logs[k] = self._open(k)
+
+    @rule(k=logs_)
+    def read_beside_the_writer(self, k: int) -> None:
+        """A second reader of the directory sees every appended entry, whichever fd is open."""
+        r = SegmentLog(self.root / f"g{k}", lock=False)
+        try:
+            assert r.load()[1] == self.model[k]
+        finally:
+            r.close()
+
+    @invariant()
+    def bounded(self) -> None:
+        for s, m in zip(self.logs, self.model, strict=True):
+            assert s.last_index == len(m)
+        assert len(self.files) <= CAPACITY
+        open_segs = sum(s._fd is not None for s in self.logs)
+        assert open_segs <= CAPACITY, open_segs
+        segs = sum(1 for _ in self.root.glob("g*/*.seg"))
+        assert segs <= sum(len(m) for m in self.model)  # no empty or orphan segments left behind
+
+    def teardown(self) -> None:
+        try:
+            for s in self.logs:
+                s.close()
+            for k, m in enumerate(self.model):
+                r = SegmentLog(self.root / f"g{k}")
+                try:
+                    assert r.load()[1] == m
+                finally:
+                    r.close()
+        finally:
+            self.lock.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+StorageModel.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestStorageModel = StorageModel.TestCase

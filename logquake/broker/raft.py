@@ -204,8 +204,8 @@ class RaftConfig:
         unclean_election: UNSAFE (`election: unclean`): voters ignore log freshness.
         max_append_entries / max_append_bytes: cap on one append message.
         max_inflight: appends in flight per follower before the leader waits for acks.
-        resend_ticks: an append unacked while a heartbeat sent this many ticks later came
-            back is presumed lost; the leader then probes again.
+        resend_ticks: an append (or probe) unacked while a heartbeat sent this many ticks
+            later came back is presumed lost; the leader then probes again.
         commit_heartbeats: a leader whose commit index advances tells every follower at once
             (a heartbeat carrying it) rather than with the next append or heartbeat, for groups
             whose followers act on what they apply (the metadata group creates partitions).
@@ -242,13 +242,14 @@ class RaftConfig:
 class _Progress:
     """The leader's view of one follower (etcd's tracker.Progress, reduced)."""
 
-    __slots__ = ("match", "next", "replicate", "probe_sent", "inflight", "recent_active")
+    __slots__ = ("match", "next", "replicate", "probe_sent", "probe_tick", "inflight", "recent_active")
 
     def __init__(self, next_index: int) -> None:
         self.match = 0
         self.next = next_index
         self.replicate = False  # False: probe one append at a time; True: pipeline
         self.probe_sent = False
+        self.probe_tick = 0  # the leader tick the last probe went out
         self.inflight: deque[tuple[int, int]] = deque()  # (last index sent, leader tick)
         self.recent_active = True
 
@@ -846,7 +847,10 @@ class RaftNode:
             if pr.replicate:
                 if pr.inflight and m.index - pr.inflight[0][1] >= self.cfg.resend_ticks:
                     pr.become_probe()  # an append (or its answer) was lost
-            else:
+            elif m.index - pr.probe_tick >= self.cfg.resend_ticks:
+                # The probe (or its answer) is lost, as in replicate above. Not on any answer:
+                # a follower resumed from a pause answers every heartbeat queued meanwhile at
+                # once, and each answer re-sent the whole missing window (a 44 MB peer frame).
                 pr.probe_sent = False
             if pr.match < len(self._log):
                 self._send_append(m.frm)
@@ -911,6 +915,7 @@ class RaftNode:
             pr.inflight.append((hi, self._ticks))
         else:
             pr.probe_sent = True
+            pr.probe_tick = self._ticks
         return True
 
     def _maybe_commit(self) -> bool:

@@ -8,6 +8,7 @@ import pytest
 
 from logquake.broker.raft import (
     CANDIDATE,
+    EARLY_KINDS,
     FOLLOWER,
     LEADER,
     Entry,
@@ -464,3 +465,61 @@ def test_idle_heartbeat_ticks_must_lie_between_heartbeat_and_election_ticks() ->
     for bad in (1, 10):
         with pytest.raises(ValueError, match="idle_heartbeat_ticks"):
             RaftConfig(heartbeat_ticks=2, election_ticks=10, idle_heartbeat_ticks=bad)
+
+
+# ---- flow control after a pause --------------------------------------------------------------
+
+
+def _pause_follower(lost_appends: bool) -> tuple[RaftNode, RaftNode, list[Message], int]:
+    """Leader 1 and follower 2 go on for 40 ticks and 200 proposals while 3 is paused: what
+    they send it waits in its socket (the appends too, unless `lost_appends`). Returns the
+    leader, 3, the messages 3 finds on resume, and how many entries 3 lacks."""
+    sim = Sim(n=3, config=RaftConfig(heartbeat_ticks=1, election_ticks=50))
+    elect(sim)
+    lead, f2, f3 = sim.raft(1), sim.raft(2), sim.raft(3)
+    held: list[Message] = []
+    for t in range(40):
+        for _ in range(5):
+            lead.propose(b"v%d" % t)
+        lead.tick()
+        for m in drain(lead):
+            if m.to == 2:
+                f2.step(m)
+            elif m.kind is MsgKind.HEARTBEAT or not lost_appends:
+                held.append(m)
+        for m in drain(f2):
+            lead.step(m)
+    assert lead.commit_index == lead.last_index > 200  # 1 and 2 are a majority
+    return lead, f3, held, lead.last_index - f3.last_index
+
+
+@pytest.mark.parametrize("lost_appends", [False, True], ids=["slow-write", "lost-appends"])
+def test_a_resumed_follower_is_sent_its_missing_entries_once_not_once_per_heartbeat(lost_appends: bool) -> None:
+    """The soak's 44 MB peer frame: after a pause, a follower answers every queued heartbeat at
+    once (heartbeat answers go out before its write of the queued appends, or the appends
+    were lost). Each answer reopened the leader's probe, and each probe re-sent the whole
+    missing window: 40 answers, 40 copies of ~200 entries in one Ready."""
+    lead, f3, held, missing = _pause_follower(lost_appends)
+    assert missing == 200 and sum(m.kind is MsgKind.HEARTBEAT for m in held) == 40
+    for m in held:  # resumed: 3 reads everything queued in one turn
+        f3.step(m)
+    rd = f3.ready()  # heartbeat answers go out before its write of the appends, the rest after
+    answers = [m for m in rd.messages if m.kind in EARLY_KINDS]
+    assert len(answers) == 40 and all(m.kind is MsgKind.HEARTBEAT_RESP for m in answers)
+    for m in answers:
+        lead.step(m)
+    sent = [m for m in lead.ready().messages if m.to == 3 and m.kind is MsgKind.APPEND]
+    n = sum(len(m.entries) for m in sent)
+    distinct = len({e.index for m in sent for e in m.entries})
+    assert n <= missing, f"{len(sent)} appends, {n} entries, {distinct} distinct"
+    # ... and 3 still catches up: its answers, then the probe's, bring it to the leader's log.
+    f3.advance(rd)
+    for m in sent:
+        f3.step(m)
+    for _ in range(5):
+        for m in drain(f3):
+            lead.step(m)
+        for m in drain(lead):
+            if m.to == 3:
+                f3.step(m)
+    assert f3.last_index == lead.last_index and f3.commit_index == lead.commit_index

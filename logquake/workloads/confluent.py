@@ -351,23 +351,23 @@ class ConfluentClient(KafkaAdapter):
             if self._txn_ready or kerr is None or not kerr.retriable():
                 self._reopen_producer()
             return complete(op, FAIL, value, error=_err_text(e))
-        pending: list[Any] = []
+        sent: list[int] = []  # the micro-ops handed to the producer
         for i, m in enumerate(value):
             if m[0] == "send":
-                self._produce_async(value, i, pending)
-                if pending:
+                if (err := self._produce_async(value, i)) is not None:
                     # Not queued: committing would acknowledge the op without this value.
-                    return self._abort(op, value, pending[0])
+                    return self._abort(op, value, sent, err)
+                sent.append(i)
             elif (err := self._poll_one(value, i)) is not None:
-                return self._abort(op, value, err)
+                return self._abort(op, value, sent, err)
         if op.get("abort"):
-            return self._abort_on_purpose(op, value)
+            return self._abort_on_purpose(op, value, sent)
         try:
             self._producer.commit_transaction(self.op_timeout)
         except KafkaException as e:
             kerr = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
             if kerr is not None and kerr.txn_requires_abort():
-                return self._abort(op, value, e)
+                return self._abort(op, value, sent, e)
             # Whether the commit happened is unknown. A fresh producer under the same id
             # makes the coordinator finish or abort it now (not at its timeout).
             self._seek_back(value)
@@ -376,7 +376,8 @@ class ConfluentClient(KafkaAdapter):
         self._producer.poll(0)  # run any delivery callbacks still queued
         return complete(op, OK, value)
 
-    def _produce_async(self, value: list[list[Any]], i: int, pending: list[Any]) -> None:
+    def _produce_async(self, value: list[list[Any]], i: int) -> Any:
+        """Queue micro-op i; its delivery report fills in its offset. The error, or None."""
         assert self._producer is not None
         _, k, v = value[i]
         t, p = self.keymap.topic_partition(k)
@@ -389,28 +390,43 @@ class ConfluentClient(KafkaAdapter):
             self._producer.produce(t, value=str(v).encode(), key=str(k).encode(), partition=p,
                                    on_delivery=delivered)
         except (KafkaException, BufferError) as e:
-            pending.append(e)
+            return e
+        return None
 
-    def _abort_on_purpose(self, op: Op, value: list[list[Any]]) -> Op:
+    def _abort_on_purpose(self, op: Op, value: list[list[Any]], sent: list[int]) -> Op:
         """The generator's `abort` ops: the records reach their partitions and stay there
         open a moment (a read_committed fetch leaking past the LSO would return them), then
         the transaction is aborted."""
         assert self._producer is not None
         self._producer.flush(self.op_timeout)
         time.sleep(OPEN_ABORTED_S)
-        return self._abort(op, value, "aborted on purpose")
+        return self._abort(op, value, sent, "aborted on purpose")
 
-    def _abort(self, op: Op, value: list[list[Any]], err: Any) -> Op:
-        """Abort the open transaction: fail if the abort is confirmed, else info."""
+    def _abort(self, op: Op, value: list[list[Any]], sent: list[int], err: Any) -> Op:
+        """Abort the open transaction: fail if the abort is confirmed, else info. An op after
+        which the producer was replaced says `"reopened": true`."""
         assert self._producer is not None
         self._seek_back(value)
         try:
             self._producer.abort_transaction(self.op_timeout)
         except KafkaException as e:
             self._reopen_producer()
-            return complete(op, INFO, value, error=f"{_err_text(err)}; abort: {_err_text(e)}")
+            done = complete(op, INFO, value, error=f"{_err_text(err)}; abort: {_err_text(e)}")
+            done.extra["reopened"] = True
+            return done
         # The coordinator confirmed the abort: no record of this transaction is visible.
-        return complete(op, FAIL, value, error=_err_text(err))
+        done = complete(op, FAIL, value, error=_err_text(err))
+        if any(not isinstance(value[i][2], list) for i in sent):
+            # A send without an offset was purged by the abort, and librdkafka rewinds the
+            # partition's sequence numbers over purged messages without an epoch bump, even
+            # over one sent before (a request timeout queues it again). Had the broker
+            # appended it, the next transaction's send would reuse its sequence number, be
+            # answered DUPLICATE_SEQUENCE with the aborted record's offset, and be
+            # acknowledged at an offset that holds another value. A new producer's
+            # init_transactions bumps the epoch, which restarts the sequences.
+            self._reopen_producer()
+            done.extra["reopened"] = True
+        return done
 
     def _classify(self, err: Any) -> str:
         # Only a delivery report's KafkaError carries a code _FAIL can vouch for.

@@ -37,6 +37,10 @@ Rules this implementation keeps (Raft paper §5, thesis §9.6 for pre-vote and c
   and a node that heard from a leader within that time ignores vote requests (the lease).
 - Log conflicts are resolved with the follower's hint (largest index whose term is <= the
   leader's term at the probe index), so one round trip skips a whole term.
+- Flow control (etcd's probe and replicate states): one Ready sends a follower each entry at
+  most once. Resetting a follower's progress drops the appends to it still queued, and a
+  probe is re-sent only once overdue (`resend_ticks`), not on every heartbeat answer: a
+  follower resumed from a pause answers dozens at once.
 - `RaftConfig.unclean_election` (the broker's unsafe `election: unclean`) is read at exactly
   one place, `_log_ok`: voters then ignore log freshness, so a stale node can win and truncate
   committed entries on the others. Followers then rewind (`Ready.rewind_to`) instead of
@@ -840,6 +844,7 @@ class RaftNode:
                     pr.next = pr.match + 1
             else:
                 pr.become_replicate()
+                self._retract_appends(m.frm)
             while self._send_append(m.frm):
                 pass
         elif k is MsgKind.HEARTBEAT_RESP:
@@ -847,11 +852,13 @@ class RaftNode:
             if pr.replicate:
                 if pr.inflight and m.index - pr.inflight[0][1] >= self.cfg.resend_ticks:
                     pr.become_probe()  # an append (or its answer) was lost
+                    self._retract_appends(m.frm)
             elif m.index - pr.probe_tick >= self.cfg.resend_ticks:
                 # The probe (or its answer) is lost, as in replicate above. Not on any answer:
                 # a follower resumed from a pause answers every heartbeat queued meanwhile at
                 # once, and each answer re-sent the whole missing window (a 44 MB peer frame).
                 pr.probe_sent = False
+                self._retract_appends(m.frm)  # a probe still queued (our write is slow) is resent
             if pr.match < len(self._log):
                 self._send_append(m.frm)
 
@@ -865,8 +872,18 @@ class RaftNode:
         if m.log_term > 0:
             probe = self._find_conflict_by_term(min(probe, len(self._log)), m.log_term)
         pr.become_probe()
+        self._retract_appends(p)
         pr.next = max(min(m.index, probe + 1), pr.match + 1)
         self._send_append(p)
+
+    def _retract_appends(self, p: int) -> None:
+        """Drop the appends to `p` queued since the last Ready: its progress was just reset to
+        its match, and the window sent next starts there. So one turn's answers that switch it
+        between probe and replicate (a reject, then an older append's ack) send it one window,
+        not one per switch. Unsent, they are no loss."""
+        msgs = self._msgs
+        if any(m.to == p and m.kind is MsgKind.APPEND for m in msgs):
+            self._msgs = [m for m in msgs if m.to != p or m.kind is not MsgKind.APPEND]
 
     def _send_append(self, p: int) -> bool:
         """Send `p` the next append if its flow control allows; False when nothing was sent."""

@@ -3,7 +3,8 @@
 `Sim` plays the shell of every node: it persists each `Ready` in memory, delivers messages after a
 random delay (so they reorder), drops them at a configurable rate or across a partition (cut
 links drop even messages already in flight, as iptables would), crashes nodes (losing every
-Ready not yet advanced) and restarts them from what they persisted. Optionally a node also dies
+Ready not yet advanced) and restarts them from what they persisted, and pauses nodes (SIGSTOP:
+what is sent to a paused node waits, and it reads all of it in one step when resumed). Optionally a node also dies
 in the middle of a Ready (`crash_in_ready`: after the messages a shell may send early, before or
 halfway through the write), and persistence can go through real `SegmentLog`s (`disk`), whose
 torn writes are then repaired on restart. Time is a step counter; nothing sleeps: a 300-step
@@ -14,9 +15,14 @@ catches a deliberately unsafe configuration (`unclean_election=True`):
 - election safety: at most one leader per term;
 - committed entries never change: every entry any node reports in `Ready.committed` is
   remembered per index, and any other report for that index must be identical;
-- leader completeness: a node becoming leader holds every entry already reported committed;
+- leader completeness: a node becoming leader holds every entry already reported committed
+  in an earlier term (one first reported by a node in a lower term: a candidate resumed from
+  a pause may yet win the old term it stood in, with the votes that waited in its socket);
 - log matching: at the end, two logs with the same term at an index agree on the whole prefix,
-  and every node's log up to its commit index equals the committed record.
+  and every node's log up to its commit index equals the committed record;
+- no leader's Ready sends one follower the same entry more than `MAX_COPIES` times (a resumed
+  follower's queued heartbeat answers once made the leader re-send its whole missing window
+  once per answer: a 44 MB peer frame in a soak).
 `run_schedule(seed)` drives one random schedule of faults and proposals, then heals everything
 and checks liveness: a leader is elected and a new proposal commits on every node.
 """
@@ -36,7 +42,11 @@ from logquake.broker.storage import SegmentLog
 # What a shell may send before persisting the Ready (see raft.py's module docstring).
 _EARLY = frozenset({MsgKind.APPEND, MsgKind.HEARTBEAT, MsgKind.HEARTBEAT_RESP})
 
-__all__ = ["Sim", "SimResult", "SimNode", "describe", "run_many", "run_schedule", "unsafe"]
+__all__ = ["MAX_COPIES", "Sim", "SimResult", "SimNode", "describe", "run_many", "run_schedule", "unsafe"]
+
+# A probe and then, on the answer to an older append, the pipeline from the follower's match:
+# two copies of an entry in one Ready are expected; more are a re-send storm.
+MAX_COPIES = 1
 
 
 @dataclass
@@ -63,6 +73,7 @@ class SimResult:
     crashes: int
     messages: int
     committed_truncations: int
+    max_copies: int = 0  # most copies of one entry to one follower in one leader Ready
 
 
 class Sim:
@@ -113,6 +124,7 @@ class Sim:
         self.max_delay = max_delay
         self.now = 0
         self.cut: set[tuple[int, int]] = set()
+        self.paused: dict[int, list[Message]] = {}  # paused node -> what waits in its socket
         self.queue: list[tuple[int, int, Message]] = []
         self._seq = 0
         self.nodes = {i: SimNode(i, None) for i in self.ids}
@@ -120,8 +132,10 @@ class Sim:
             self.restart(i)
         self.leaders_by_term: dict[int, int] = {}
         self.committed: dict[int, Entry] = {}
+        self.commit_terms: dict[int, int] = {}  # index -> the reporter's term at its first report
         self.violations: list[str] = []
         self.messages_sent = 0
+        self.max_copies = 0  # most copies of one entry to one follower in one Ready
         self.crashes = 0
         self._seen_leader: set[tuple[int, int]] = set()
         self._seen_leadership: dict[int, tuple[RaftNode, tuple[object, ...]]] = {}
@@ -160,6 +174,7 @@ class Sim:
             store = self.stores.pop(i, None)
             if store is not None:
                 store.close()
+        self.paused.pop(i, None)  # its socket and what waited in it are gone
 
     def load(self, i: int, hard_state: HardState | None, log: Sequence[Entry]) -> None:
         """Replace node `i`'s disk with `hard_state` and `log` and restart it (for scripted states)."""
@@ -180,6 +195,18 @@ class Sim:
                 node.hard_state, node.log = store.load()
             node.raft = self._new_raft(i, node.hard_state, list(node.log))
             node.applied = []
+
+    def pause(self, i: int) -> None:
+        """Stop node `i` (SIGSTOP): it neither ticks nor reads nor writes; messages sent to it
+        wait, in order, until `resume`."""
+        if self.nodes[i].raft is not None:
+            self.paused.setdefault(i, [])
+
+    def resume(self, i: int) -> None:
+        """Continue node `i`: at the next step it reads everything that waited, at once."""
+        for m in self.paused.pop(i, []):
+            self._seq += 1
+            heapq.heappush(self.queue, (self.now + 1, self._seq, m))
 
     def leaders(self) -> list[int]:
         return [i for i in self.up() if self.nodes[i].raft.role == LEADER]  # type: ignore[union-attr]
@@ -235,13 +262,16 @@ class Sim:
         if tick:
             for i in self.ids:
                 r = self.nodes[i].raft
-                if r is not None:
+                if r is not None and i not in self.paused:
                     r.tick()
         q = self.queue
         while q and q[0][0] <= self.now:
             _, _, m = heapq.heappop(q)
             r = self.nodes[m.to].raft
             if r is None or (m.frm, m.to) in self.cut:
+                continue
+            if m.to in self.paused:
+                self.paused[m.to].append(m)
                 continue
             if self.trace is not None:
                 self.trace.append(describe(m))
@@ -251,6 +281,8 @@ class Sim:
     def process_readies(self) -> None:
         for i in self.ids:
             node, r = self.nodes[i], self.nodes[i].raft
+            if i in self.paused:
+                continue
             if r is not None and node.pending is not None:
                 self._serve_pending(node, r)
             elif r is not None and r.has_ready():
@@ -261,6 +293,7 @@ class Sim:
 
     def _handle_ready(self, node: SimNode, r: RaftNode) -> None:
         rd = r.ready()
+        self._check_copies(node.node_id, rd)
         late = []
         for m in rd.messages:
             if m.kind in _EARLY:
@@ -361,6 +394,8 @@ class Sim:
             self._violate(f"node {node.node_id} applied index {e.index} after {len(node.applied)}")
         node.applied.append(e)
         seen = self.committed.setdefault(e.index, e)
+        if node.raft is not None:
+            self.commit_terms.setdefault(e.index, node.raft.term)
         if seen != e:
             self._violate(f"committed entry {e.index} changed: {seen} then {e} (node {node.node_id})")
 
@@ -378,9 +413,23 @@ class Sim:
         if other != i:
             self._violate(f"two leaders in term {r.term}: {other} and {i}")
         for idx, e in self.committed.items():
+            if self.commit_terms.get(idx, 0) >= r.term:
+                continue  # maybe committed in this term or later: r may be a stale leader
             if r.entry(idx) != e:
                 self._violate(f"leader {i} of term {r.term} lacks committed entry {e} (has {r.entry(idx)})")
                 break
+
+    def _check_copies(self, i: int, rd: Ready) -> None:
+        sent: dict[tuple[int, int], int] = {}  # (follower, index) -> copies in this Ready
+        for m in rd.messages:
+            if m.kind is MsgKind.APPEND:
+                for e in m.entries:
+                    k = sent[m.to, e.index] = sent.get((m.to, e.index), 0) + 1
+                    self.max_copies = max(self.max_copies, k)
+        worst = max(sent.items(), key=lambda kv: kv[1], default=None)
+        if worst is not None and worst[1] > MAX_COPIES:
+            (to, idx), k = worst
+            self._violate(f"leader {i} sent entry {idx} to {to} {k} times in one Ready")
 
     def check_logs(self) -> None:
         """Log matching and committed prefixes across all nodes (down nodes: their disk)."""
@@ -440,10 +489,12 @@ def run_schedule(
     crash_in_ready: float = 0.0,
     slow_write: float = 0.0,
     disk: Path | None = None,
+    pause_rate: float = 0.0,
 ) -> SimResult:
     """One random schedule: faults and proposals for `steps`, then heal and check liveness.
 
-    `disk`: persist through real `SegmentLog`s under this directory (see `Sim`)."""
+    `disk`: persist through real `SegmentLog`s under this directory (see `Sim`).
+    `pause_rate`: per step, the chance to pause one node or all, or to resume (see `_random_pause`)."""
     cfg = config or RaftConfig()
     sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay, crash_in_ready=crash_in_ready,
               slow_write=slow_write, disk=disk)
@@ -451,6 +502,8 @@ def run_schedule(
     for t in range(steps):
         if rng.random() < fault_rate:
             _random_fault(sim, rng, max_drop)
+        if pause_rate and rng.random() < pause_rate:
+            _random_pause(sim, rng)
         if rng.random() < propose_rate:
             for i in sim.leaders():
                 sim.propose(f"{seed}:{t}:{i}".encode(), i)
@@ -468,6 +521,7 @@ def run_schedule(
         crashes=sim.crashes,
         messages=sim.messages_sent,
         committed_truncations=sum(sim.raft(i).committed_truncations for i in sim.ids),
+        max_copies=sim.max_copies,
     )
 
 
@@ -479,6 +533,7 @@ def heal_and_commit(sim: Sim, marker: bytes, steps: int) -> bool:
     deposed (a candidate of a higher term was already collecting votes) is rightly lost."""
     for i in sim.ids:
         sim.restart(i)
+        sim.resume(i)
     sim.heal()
     sim.drop = 0.0
     sim.crash_in_ready = 0.0
@@ -522,6 +577,21 @@ def _random_fault(sim: Sim, rng: random.Random, max_drop: float) -> None:
         sim.heal()
     else:
         sim.drop = rng.uniform(0.0, max_drop)
+
+
+def _random_pause(sim: Sim, rng: random.Random) -> None:
+    """Pause one node, or all of them (the nemesis's all-node pause), or resume one or all."""
+    action = rng.randrange(4)
+    if action == 0:
+        sim.pause(rng.choice(sim.ids))
+    elif action == 1:
+        for i in sim.ids:
+            sim.pause(i)
+    elif action == 2 and sim.paused:
+        sim.resume(rng.choice(sorted(sim.paused)))
+    else:
+        for i in sorted(sim.paused):
+            sim.resume(i)
 
 
 def run_many(seeds: Iterable[int], **kwargs) -> list[SimResult]:  # noqa: ANN003 - run_schedule's options

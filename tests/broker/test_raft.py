@@ -523,3 +523,32 @@ def test_a_resumed_follower_is_sent_its_missing_entries_once_not_once_per_heartb
             if m.to == 3:
                 f3.step(m)
     assert f3.last_index == lead.last_index and f3.commit_index == lead.commit_index
+
+
+def _copies_to(rd_messages, to: int) -> int:  # noqa: ANN001
+    """Most copies of one entry among the appends to `to`."""
+    seen: dict[int, int] = {}
+    for m in rd_messages:
+        if m.kind is MsgKind.APPEND and m.to == to:
+            for e in m.entries:
+                seen[e.index] = seen.get(e.index, 0) + 1
+    return max(seen.values(), default=0)
+
+
+def test_answers_that_switch_probe_and_replicate_in_one_turn_send_one_window() -> None:
+    """Rejects (probe from the follower's match) and late acks (pipeline from its match again)
+    alternating in one turn: each switch re-sent the window; now the unsent one is dropped."""
+    sim = Sim(n=3, config=RaftConfig(heartbeat_ticks=1, election_ticks=50, max_append_entries=5))
+    elect(sim)
+    lead = sim.raft(1)
+    for k in range(10):
+        lead.propose(b"v%d" % k)
+    sent = [m for m in drain(lead) if m.to == 3 and m.kind is MsgKind.APPEND]
+    assert [(m.index, len(m.entries)) for m in sent] == [(1, 5), (6, 5)]
+    t = lead.term
+    for _ in range(2):  # 3 lost the first window and rejects the second; its ack of 1 comes late
+        lead.step(Message(MsgKind.APPEND_RESP, "g", 3, 1, t, index=6, reject=True, reject_hint=1, log_term=t))
+        lead.step(Message(MsgKind.APPEND_RESP, "g", 3, 1, t, index=1))
+    msgs = drain(lead)
+    assert _copies_to(msgs, 3) == 1, [(m.index, len(m.entries)) for m in msgs if m.to == 3]
+    assert {e.index for m in msgs if m.to == 3 for e in m.entries} == set(range(2, 12))

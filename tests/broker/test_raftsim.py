@@ -25,6 +25,10 @@ CONFIGS = {
     "commit-heartbeats": {"config": RaftConfig(commit_heartbeats=True), "slow_write": 0.2},
     # Idle groups heartbeat less: few proposals, so the leaders are often idle; lossy links.
     "idle-heartbeats": {"config": RaftConfig(idle_heartbeat_ticks=4), "propose_rate": 0.05, "max_drop": 0.4},
+    # Paused nodes (one, or all as the nemesis does) read all that queued for them at once on
+    # resume; with slow writes the leader's appends also wait behind its own write.
+    "pauses": {"pause_rate": 0.03, "propose_rate": 0.6},
+    "pauses-slow-writes": {"pause_rate": 0.03, "slow_write": 0.3, "propose_rate": 0.6},
 }
 
 
@@ -71,6 +75,14 @@ def test_oracle_catches_a_node_that_votes_twice_in_a_term(monkeypatch) -> None: 
     monkeypatch.setattr(RaftNode, "_handle_vote_request", vote_for_anyone_fresh)
     results = run_many(range(30))
     assert any("two leaders in term" in v for r in results for v in r.violations)
+
+
+def test_oracle_catches_a_leader_that_resends_a_window_within_one_ready(monkeypatch) -> None:  # noqa: ANN001
+    # Mutation: keep the appends queued before a follower's progress was reset (probe/replicate).
+    monkeypatch.setattr(RaftNode, "_retract_appends", lambda self, p: None)
+    results = run_many(range(20), **CONFIGS["pauses"])
+    assert any("times in one Ready" in v for r in results for v in r.violations)
+    assert max(r.max_copies for r in results) > 2
 
 
 def test_oracle_catches_a_follower_that_acks_before_persisting() -> None:

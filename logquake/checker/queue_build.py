@@ -18,6 +18,7 @@ reads by guesswork would not be.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -46,14 +47,16 @@ _NO_READS: dict = {}
 _I64 = np.int64
 
 
-def build_index(ops: list[Op]) -> QueueIndex:
+def build_index(ops: Iterable[Op], *, slim: bool = False) -> QueueIndex:
     """Index a history (completion order, as recorded).
 
+    `slim`: the ops are read for this alone (queue_stream.py): each op's value is dropped
+    once parsed into its Txn (whose op then names it only) and invocations are not kept.
     Raises ValueError naming the op when some read or send does not fit the arrays (see
     the module docstring).
     """
     ix = QueueIndex()
-    gathered = _gather(ix, ops)
+    gathered = _gather(ix, ops, slim)
     if not _index_arrays(ix, gathered):
         raise ValueError(_misfit(ix))
     return ix
@@ -110,7 +113,7 @@ class Gathered:
     bare_sends: dict = field(default_factory=dict)
 
 
-def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
+def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
     """The one loop over the ops: txns, events, writers, and every key's reads and sends."""
     in_flight: dict[Any, Op] = {}
     keys: dict = {}
@@ -140,6 +143,8 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
             value = op.value if op.value is not None else (inv.value if inv is not None else None)
             t = Txn(len(txns), op, inv, _NO_SENDS, _NO_READS)
             _parse(t, value, keys, gather, writer_of, failed)
+            if slim:
+                _SET_VALUE(op, None)
             txns.append(t)
             events.append(t)
             c_kind.append(_KIND[typ] + (f == "send"))
@@ -181,6 +186,7 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
     return gather
 
 
+_SET_VALUE = Op.__dict__["value"].__set__  # (Op is frozen: as history.py builds them)
 _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
 
 

@@ -32,7 +32,7 @@ from logquake.checker import final_read
 from logquake.checker.cycles import cycle_cases
 from logquake.checker.no_writer import no_writer_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
-from logquake.checker.queue_build import build_index
+from logquake.checker.queue_build import NotSlim, build_index
 from logquake.checker.queue_causes import info_causes
 from logquake.checker.queue_duplicates import duplicate_cases, inconsistent_offset_cases
 from logquake.checker.queue_index import QueueIndex
@@ -73,7 +73,10 @@ def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
         if not streamed:
             return build_index(ops)
         try:
-            return build_index(indexed_ops(ops), slim=True)
+            try:
+                return build_index(indexed_ops(ops), slim=True)
+            except NotSlim:  # a read that is not pairs of integers: as the in-memory path, with dicts
+                return build_index(indexed_ops(ops))
         except HistoryFormatError as e:  # the file's fault, not the analysis's: raised below
             unreadable.append(e)
             return None

@@ -248,3 +248,20 @@ def test_an_ops_polls_of_one_key_lie_side_by_side_and_join_without_a_copy(tmp_pa
     size = len(a.data)
     assert joined(a, b) == [[0, 1], [1, 2]] and len(a.data) == size
     assert build_index(indexed_ops(HistoryFile(path)), slim=True).txns[0].reads == {1: [(0, 1), (1, 2)], 2: [(0, 5)]}
+
+
+@pytest.mark.parametrize("odd", [
+    [["poll", {"1": [[0, "a"]]}]],  # a read that is no pair of integers: not in the store
+    [["send", 1, [0, "a"]]],  # a send whose value is no integer: the arrays refuse it
+])
+def test_a_history_the_store_cannot_hold_is_checked_from_the_file_as_in_memory(tmp_path, odd):
+    path = tmp_path / "history.jsonl"
+    ops = simulate(with_bug("none", ops=100, txn=True))[0]
+    n = len(ops)
+    ops += [Op(index=n, process=99, type="invoke", f="txn", value=[[m[0]] if m[0] == "poll" else m[:2] for m in odd]),
+            Op(index=n + 1, process=99, type="ok", f="txn", value=odd)]
+    write_history(path, ops)
+    opts = CheckOptions(txn=True)
+    streamed, in_memory = check_history(HistoryFile(path), opts), check_history(load_history(path), opts)
+    assert untimed(streamed) == untimed(in_memory)
+    assert streamed["valid"] == "unknown" and "index" in streamed["analysis_errors"]

@@ -27,12 +27,12 @@ from logquake.errors import UserError
 __all__ = ["CheckPlan", "HistorySize", "history_size", "parse_size", "plan_check", "refuse_report"]
 
 # Peak RSS per byte of history.jsonl beyond the process's own, measured with /usr/bin/time
-# on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB, read by
-# queue_pairs.load_queue_history 1,798 MiB at 1M and 5,242 MiB at 3M (8.0 and 7.9 bytes a
-# byte; bench_checker --measure, 2026-12-02 17:20), `logquake report` (no results.json)
-# 258 MiB; rounded up a little.
+# on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB; checked from
+# the file (queue_stream.py) 1,140 MiB at 1M and 10,469 MiB at 10M (2,197 MiB: 4.96 and 4.73
+# bytes a byte; 2026-12-03 07:00); `logquake report` (no results.json) 258 MiB; rounded up a
+# little.
 CHECK_PER_BYTE = 15.0
-STREAMED_CHECK_PER_BYTE = 9.0
+STREAMED_CHECK_PER_BYTE = 5.5
 REPORT_PER_BYTE = 0.9
 BASE = 80 * 2**20  # the interpreter, numpy and the CLI's imports: a 100-op history's peak
 

@@ -187,24 +187,26 @@ def check(
                             ignore=tuple(ignore or ()), guarantee=guarantee)
     except ValueError as e:
         raise ConfigError("check", str(e)) from None
-    store_reads = False
+    streamed = False
     if max_memory is not None:
         from logquake.checker.memory import plan_check
         from logquake.history_import import detect_format
 
         limit = _max_memory(max_memory)
         if path.is_file():  # (a missing file is the reader's to report)
-            store_reads = plan_check(path, limit, can_store=detect_format(path) == "jsonl").store_reads
-            if store_reads:
-                err_console.print("[dim]reading the polls into arrays (slower, less memory) to fit --max-memory[/]")
-    with err_console.status(f"reading {path}"):
-        if store_reads:
-            from logquake.checker.queue_pairs import load_queue_history
+            # Only the queue analysis checks from the file (the linear and other checks need a list).
+            queue = model is None and (run_cfg is None or run_cfg.workload == "queue")
+            streamed = plan_check(path, limit, can_stream=queue and detect_format(path) == "jsonl").streamed
+            if streamed:
+                err_console.print("[dim]checking straight from the file (slower, bounded memory) to fit --max-memory[/]")
+    if streamed:
+        from logquake.checker.queue_stream import HistoryFile
 
-            ops = load_queue_history(path)
-        else:
+        ops = HistoryFile(path)
+    else:
+        with err_console.status(f"reading {path}"):
             ops = load_any_history(path)
-    with err_console.status(f"checking {len(ops)} ops"):
+    with err_console.status(f"checking {path}" if streamed else f"checking {len(ops)} ops"):
         if model is not None:
             result = check_linearizable(ops, MODELS[model])
         elif run_cfg is not None:  # the runner's own choice of analysis for this workload

@@ -52,8 +52,8 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from logquake.checker.result import op_ref
@@ -137,15 +137,18 @@ def _pairs(pairs: Any) -> Iterator[tuple[int | None, Any]]:
             yield (p[0] if isinstance(p[0], int) and not isinstance(p[0], bool) else None), p[1]
 
 
-def analyse(ops: list[Op]) -> FinalRead:
+def analyse(ops: Iterable[Op]) -> FinalRead:
     """Acknowledged writes against the final read; see the module docstring.
 
     One pass over the history takes the acknowledged sends, the faults and the final read;
     the reads before it are looked at again only where they are needed (the stand-in end of
     a key whose end was not recorded, and the last read of a lost value).
     """
-    if not any(op.extra.get(FINAL) for op in ops):
+    known = getattr(ops, "has_final", None)  # (a queue_stream.HistoryFile, once indexed)
+    if not (known if known is not None else any(op.extra.get(FINAL) for op in ops)):
         return FinalRead(ran=False, summary={"ran": False, "why": _NOT_RUN})
+    # An op read anew from the file (not a list's) is kept by its name alone: not its value.
+    named = (lambda op: op) if isinstance(ops, list) else _named
     acked: dict[Any, dict[Any, tuple[int | None, Op]]] = {}  # key -> value -> (offset, first ok op)
     sessions: list[_Session] = []
     current: dict[Any, _Session] = {}
@@ -158,8 +161,12 @@ def analyse(ops: list[Op]) -> FinalRead:
         if op.type != OK:
             continue
         if not op.extra.get(FINAL):
+            ref = None
             for k, v, off in _sends(op):
-                acked.setdefault(k, {}).setdefault(v, (off, op))
+                got = acked.setdefault(k, {})
+                if v not in got:
+                    ref = ref or named(op)
+                    got[v] = (off, ref)
             continue
         if op.f == "assign":
             ends = {_key(k): e for k, e in (op.get("ends") or {}).items()}
@@ -226,6 +233,11 @@ def analyse(ops: list[Op]) -> FinalRead:
     if by_node:
         summary["nodes"] = _per_node(acked, by_node)
     return FinalRead(ran=True, cases=cases, incomplete_keys=incomplete, summary=summary)
+
+
+def _named(op: Op) -> Op:
+    """The op without its value: what op_ref and the examples' words read of it."""
+    return replace(op, value=None)
 
 
 def _per_node(acked: dict[Any, dict[Any, tuple[int | None, Op]]], sessions: list[_Session]) -> dict[str, Any]:

@@ -8,11 +8,11 @@ ratios applied to the file's size, known before a line is parsed: a history too 
 a given limit (`--max-memory`) is refused in one line saying how large it is and what would
 fit, where reading it would have ended in the kernel's OOM killer halfway through.
 
-Between the two estimates for a check there is a leaner way to hold the history: every
-poll's pairs in one int64 array as it is read, and invocations sharing their completions'
-values (checker/queue_pairs.py), about 40 % less memory for a read that takes more CPU
-(the pairs are decoded, then copied). `plan_check`
-picks it only when the plain way would not fit.
+Below the estimate for a check there is a leaner way: the check straight from the file
+(checker/queue_stream.py), which holds no list of the ops, only their index, with every
+poll's pairs in one int64 array; it takes more CPU (the pairs are decoded, then copied,
+and a few analyses read the file again). `plan_check` picks it only when the plain way
+would not fit.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from logquake.errors import UserError
 __all__ = ["CheckPlan", "HistorySize", "history_size", "parse_size", "plan_check", "refuse_report"]
 
 # Peak RSS per byte of history.jsonl beyond the process's own, measured with /usr/bin/time
-# on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB, read by
-# queue_pairs.load_queue_history 1,798 MiB at 1M and 5,242 MiB at 3M (8.0 and 7.9 bytes a
-# byte; bench_checker --measure, 2026-12-02 17:20), `logquake report` (no results.json)
-# 258 MiB; rounded up a little.
+# on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB; checked from
+# the file (queue_stream.py) 1,140 MiB at 1M and 10,469 MiB at 10M (2,197 MiB: 4.96 and 4.73
+# bytes a byte; 2026-12-03 07:00); `logquake report` (no results.json) 258 MiB; rounded up a
+# little.
 CHECK_PER_BYTE = 15.0
-STORED_CHECK_PER_BYTE = 9.0
+STREAMED_CHECK_PER_BYTE = 5.5
 REPORT_PER_BYTE = 0.9
 BASE = 80 * 2**20  # the interpreter, numpy and the CLI's imports: a 100-op history's peak
 
@@ -56,9 +56,9 @@ class HistorySize:
 
 @dataclass(frozen=True, kw_only=True)
 class CheckPlan:
-    """How to read a history for a check under a limit: with its reads stored as arrays or not."""
+    """How to check a history under a limit: straight from its file (queue_stream.py) or loaded."""
 
-    store_reads: bool
+    streamed: bool
     estimate: int  # peak bytes
 
 
@@ -86,19 +86,19 @@ def history_size(path: str | os.PathLike[str]) -> HistorySize:
     return HistorySize(path=path, bytes=size, ops=round(size * lines / (_SAMPLES * _SAMPLE)))
 
 
-def plan_check(path: str | os.PathLike[str], limit: int, *, can_store: bool = True) -> CheckPlan:
+def plan_check(path: str | os.PathLike[str], limit: int, *, can_stream: bool = True) -> CheckPlan:
     """How to check the history at `path` within `limit` bytes; UserError when no way fits.
 
-    `can_store`: the history is a history.jsonl (stored reads are that reader's).
+    `can_stream`: the history is a history.jsonl of the queue workload (what queue_stream reads).
     """
     h = history_size(path)
     plain = BASE + round(CHECK_PER_BYTE * h.bytes)
     if plain <= limit:
-        return CheckPlan(store_reads=False, estimate=plain)
-    lean = BASE + round(STORED_CHECK_PER_BYTE * h.bytes) if can_store else plain
+        return CheckPlan(streamed=False, estimate=plain)
+    lean = BASE + round(STREAMED_CHECK_PER_BYTE * h.bytes) if can_stream else plain
     if lean <= limit:
-        return CheckPlan(store_reads=True, estimate=lean)
-    raise UserError(_refusal(h, "a check", lean, limit, STORED_CHECK_PER_BYTE if can_store else CHECK_PER_BYTE))
+        return CheckPlan(streamed=True, estimate=lean)
+    raise UserError(_refusal(h, "a check", lean, limit, STREAMED_CHECK_PER_BYTE if can_stream else CHECK_PER_BYTE))
 
 
 def refuse_report(path: str | os.PathLike[str], limit: int) -> None:

@@ -32,21 +32,28 @@ from logquake.checker import final_read
 from logquake.checker.cycles import cycle_cases
 from logquake.checker.no_writer import no_writer_cases
 from logquake.checker.options import QUEUE_TYPES, CheckOptions, allowed_types
-from logquake.checker.queue_build import build_index
+from logquake.checker.queue_build import NotSlim, build_index
 from logquake.checker.queue_causes import info_causes
 from logquake.checker.queue_duplicates import duplicate_cases, inconsistent_offset_cases
+from logquake.checker.queue_index import QueueIndex
 from logquake.checker.queue_internal import int_poll_cases, int_send_cases
 from logquake.checker.queue_lag import realtime_lag
 from logquake.checker.queue_lost import lost_write_cases, unseen_analysis
 from logquake.checker.queue_process import process_order_cases
 from logquake.checker.queue_reads import g1a_cases, precommitted_read_cases
+from logquake.checker.queue_stream import HistoryFile, indexed_ops
 from logquake.checker.result import anomaly_entry, run_safely, verdict
+from logquake.errors import HistoryFormatError
 from logquake.gcpause import paused_gc
 from logquake.history import Op
 
 
-def check_history(ops: Iterable[Op], opts: CheckOptions | None = None) -> dict[str, Any]:
-    """Analyse a queue history; the results.json object of docs/architecture.md's anomaly types."""
+def check_history(ops: Iterable[Op] | HistoryFile, opts: CheckOptions | None = None) -> dict[str, Any]:
+    """Analyse a queue history; the results.json object of docs/architecture.md's anomaly types.
+
+    Given a HistoryFile, the ops are indexed as the file is read, in bounded memory
+    (queue_stream.py); a line that is malformed then raises HistoryFormatError from here.
+    """
     opts = opts or CheckOptions()
     # The analyses allocate millions of small containers while the history keeps millions
     # more alive; the cyclic GC would rescan them all again and again (it tripled the time).
@@ -57,8 +64,26 @@ def check_history(ops: Iterable[Op], opts: CheckOptions | None = None) -> dict[s
 
 def _check(ops: Iterable[Op], opts: CheckOptions) -> dict[str, Any]:
     errors: dict[str, str] = {}
-    ops = ops if isinstance(ops, list) else list(ops)
-    ix = run_safely("index", lambda: build_index(ops), errors)
+    streamed = isinstance(ops, HistoryFile)
+    if not streamed and not isinstance(ops, list):
+        ops = list(ops)
+    unreadable: list[HistoryFormatError] = []
+
+    def index() -> QueueIndex | None:
+        if not streamed:
+            return build_index(ops)
+        try:
+            try:
+                return build_index(indexed_ops(ops), slim=True)
+            except NotSlim:  # a read that is not pairs of integers: as the in-memory path, with dicts
+                return build_index(indexed_ops(ops))
+        except HistoryFormatError as e:  # the file's fault, not the analysis's: raised below
+            unreadable.append(e)
+            return None
+
+    ix = run_safely("index", index, errors)
+    if unreadable:
+        raise unreadable[0]
     if ix is None:
         return _assemble({}, {}, opts, errors, timed_out=False, nothing=True, ix=None)
     found: dict[str, list[dict[str, Any]]] = {}

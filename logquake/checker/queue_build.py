@@ -18,6 +18,7 @@ reads by guesswork would not be.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -29,6 +30,8 @@ from logquake.checker.queue_index import (
     INF,
     QUEUE_FS,
     SUB_FS,
+    LazyReads,
+    OpReads,
     QueueIndex,
     ReadGroups,
     Txn,
@@ -46,15 +49,21 @@ _NO_READS: dict = {}
 _I64 = np.int64
 
 
-def build_index(ops: list[Op]) -> QueueIndex:
+def build_index(ops: Iterable[Op], *, slim: bool = False) -> QueueIndex:
     """Index a history (completion order, as recorded).
 
+    `slim`: the ops are read for this alone, their polls' pairs views into one PairStore
+    (queue_stream.indexed_ops): each op's value is dropped once parsed into its Txn (whose
+    op then only names it), and its reads are kept as where they lie in the store
+    (LazyReads), not as a dict of views; raises NotSlim at a read that is no such view.
     Raises ValueError naming the op when some read or send does not fit the arrays (see
     the module docstring).
     """
     ix = QueueIndex()
-    gathered = _gather(ix, ops)
+    gathered = _gather(ix, ops, slim)
     if not _index_arrays(ix, gathered):
+        if slim:  # (_misfit reads the Txns' reads, which are then nowhere)
+            raise NotSlim
         raise ValueError(_misfit(ix))
     return ix
 
@@ -88,6 +97,10 @@ def _int64(v: Any) -> bool:
     return isinstance(v, int) and -(2**63) <= v < 2**63
 
 
+class NotSlim(Exception):
+    """build_index(slim=True) met a read that is not a view into the one PairStore."""
+
+
 @dataclass(slots=True)
 class Gathered:
     """What _gather collects for the version orders, in op order, as it meets each op.
@@ -108,14 +121,18 @@ class Gathered:
     sends: dict = field(default_factory=dict)
     # key -> ([value], [op id], [place]): those without an offset
     bare_sends: dict = field(default_factory=dict)
+    # slim: each group's first pair in the store and its length, instead of read_lists
+    slim: OpReads | None = None
+    src: array = field(default_factory=lambda: array("q"))
+    lens: array = field(default_factory=lambda: array("q"))
 
 
-def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
+def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
     """The one loop over the ops: txns, events, writers, and every key's reads and sends."""
     in_flight: dict[Any, Op] = {}
     keys: dict = {}
     txns, events, writer_of, failed = ix.txns, ix.events, ix.writer_of, ix.failed_writes
-    gather = Gathered()
+    gather = Gathered(slim=OpReads() if slim else None)
     client = 0
     # Columns for txn_columns, while each op is at hand (read back later, they are cold memory).
     c_kind: list[int] = []  # _KIND[type] + 1 if f is send
@@ -140,6 +157,8 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
             value = op.value if op.value is not None else (inv.value if inv is not None else None)
             t = Txn(len(txns), op, inv, _NO_SENDS, _NO_READS)
             _parse(t, value, keys, gather, writer_of, failed)
+            if slim:
+                _SET_VALUE(op, None)
             txns.append(t)
             events.append(t)
             c_kind.append(_KIND[typ] + (f == "send"))
@@ -181,6 +200,7 @@ def _gather(ix: QueueIndex, ops: list[Op]) -> Gathered:
     return gather
 
 
+_SET_VALUE = Op.__dict__["value"].__set__  # (Op is frozen: as history.py builds them)
 _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
 
 
@@ -207,7 +227,8 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
     gather them into g, writer_of and failed in the same loop.
 
     A key's read pairs are the op's own list when one poll read it (no copy: the reads
-    are most of a history's memory), a new list when several did. `keys` caches key_of.
+    are most of a history's memory), a new list when several did; with g.slim, where
+    they lie in the store instead (t.reads a LazyReads). `keys` caches key_of.
     Sends are gathered with their place among the op's sends: _arrays adds the number of
     the op's reads to make it the rank among reads-then-sends, known only at the end.
     """
@@ -217,7 +238,8 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
     sends: list = []
     reads: dict = {}
     lists, g_key, g_tid, key_no, first_at = g.read_lists, g.group_key, g.group_tid, g.key_no, g.first_at
-    base = len(lists)
+    slim = g.slim
+    base = len(g_tid)
     new_keys: list | None = None  # (key, place) of ok sends to keys not gathered yet
     for mop in value:
         f = mop[0]
@@ -265,21 +287,35 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
                     k = keys[ks] = key_of(ks)
                 got = reads.get(k)
                 if got is not None:  # a second poll of k in this op: one group still
-                    lists[base + list(reads).index(k)] = reads[k] = joined(got, pairs)
+                    at = base + list(reads).index(k)
+                    reads[k] = both = joined(got, pairs)
+                    if slim is None:
+                        lists[at] = both
+                    elif type(both) is not Pairs:
+                        raise NotSlim
+                    else:
+                        g.src[at], g.lens[at] = both.start, both.n
                     continue
                 reads[k] = pairs
                 n = key_no.get(k)
                 if n is None:
                     n = key_no[k] = len(key_no)
                     first_at.setdefault(k, (tid, len(reads) - 1))
-                lists.append(pairs)
+                if slim is None:
+                    lists.append(pairs)
+                elif type(pairs) is not Pairs or (slim.store is not None and pairs.data is not slim.store):
+                    raise NotSlim
+                else:
+                    slim.store = pairs.data
+                    g.src.append(pairs.start)
+                    g.lens.append(pairs.n)
                 g_key.append(n)
                 g_tid.append(tid)
     if new_keys:  # reads rank before sends, whatever the order of the micro-ops
         for k, place in new_keys:
             first_at.setdefault(k, (tid, len(reads) + place))
     t.sends = sends or _NO_SENDS
-    t.reads = reads or _NO_READS
+    t.reads = _NO_READS if not reads else reads if slim is None else LazyReads(slim, tid)
 
 
 class _NotInts(Exception):
@@ -292,9 +328,14 @@ def _index_arrays(ix: QueueIndex, gathered: Gathered) -> bool:
     ix holds the txns _gather made, `gathered` what it collected.
     """
     try:
-        per_key, sends, g_tid_a, g_len_a, bare_sends = _arrays(gathered, len(ix.txns))
+        per_key, sends, g_tid_a, g_len_a, bare_sends, g_src = _arrays(gathered, len(ix.txns))
     except _NotInts:
         return False
+    slim = gathered.slim
+    if slim is not None:  # (before the Txns' reads are first asked for, below)
+        slim.key, slim.src, slim.length = np.asarray(gathered.group_key, dtype=_I64), g_src, g_len_a
+        slim.keys = list(gathered.key_no)
+        slim.op_start = np.searchsorted(g_tid_a, np.arange(len(ix.txns) + 1))
     first_at = gathered.first_at
     cols = ix.columns
     ok_t = cols.ok
@@ -328,13 +369,17 @@ def _index_arrays(ix: QueueIndex, gathered: Gathered) -> bool:
 def _arrays(g: Gathered, n_txns: int) -> tuple:
     """What _gather collected, as int64 arrays: each key's reads (see _by_key), the sends
     per key as (offsets, values, op ids, ranks), the op id and length of each group, and
-    the sends without an offset per key as (values, op ids, ranks).
+    the sends without an offset per key as (values, op ids, ranks), and the pair each group
+    starts at in the reads' one array.
 
     A send's rank is its place among the op's reads then sends (the order of Txn.reads,
     then Txn.sends): its place among the sends after as many as the op's reads.
     """
     lists = g.read_lists
-    g_len = np.fromiter(map(len, lists), dtype=_I64, count=len(lists))
+    if g.slim is not None:
+        g_len = np.array(g.lens, dtype=_I64)
+    else:
+        g_len = np.fromiter(map(len, lists), dtype=_I64, count=len(lists))
     g_tid = np.asarray(g.group_tid, dtype=_I64)
     n_reads = np.bincount(g_tid, minlength=n_txns)  # an op's groups: one per key it read
 
@@ -343,7 +388,7 @@ def _arrays(g: Gathered, n_txns: int) -> tuple:
         return t, np.asarray(places, dtype=_I64) + n_reads[t]
 
     try:
-        flat, g_src = _flat_reads(lists, g_len)
+        flat, g_src = _slim_reads(g) if g.slim is not None else _flat_reads(lists, g_len)
         sends = {
             k: (np.frombuffer(array("q", o), dtype=_I64), np.frombuffer(array("q", v), dtype=_I64))
             + op_ids_and_ranks(tids, places)
@@ -361,31 +406,49 @@ def _arrays(g: Gathered, n_txns: int) -> tuple:
     except (TypeError, OverflowError):
         raise _NotInts from None
     per_key = _by_key(flat, g_src, np.asarray(g.group_key, dtype=_I64), g_len, g_tid, list(g.key_no))
-    return per_key, sends, g_tid, g_len, bare
+    return per_key, sends, g_tid, g_len, bare, g_src
 
 
 def _by_key(
     flat: np.ndarray, g_src: np.ndarray, g_key: np.ndarray, g_len: np.ndarray, g_tid: np.ndarray, keys: list
-) -> dict:
+) -> _PerKey:
     """Every group's pairs (in `flat`, from pair g_src[group] on) split by key: k -> (offsets,
     values, group ids, group lengths, op id of each group), each key's groups in op order."""
-    gids = np.argsort(g_key, kind="stable")  # by key, then in op order
-    lens = g_len[gids]
-    # Where each group's pairs start in `flat`, and in the output: one index per pair.
-    ends = np.cumsum(lens)
-    total = int(ends[-1]) if len(ends) else 0
-    at = np.repeat(g_src[gids] - (ends - lens), lens) + np.arange(total, dtype=_I64)
-    offs, vals = flat[0::2][at], flat[1::2][at]
-    del at
-    g_end = np.cumsum(np.bincount(g_key, minlength=len(keys)))
-    p_end = ends[g_end - 1] if len(lens) else g_end
-    out = {}
-    g0 = p0 = 0
-    for k, g1, p1 in zip(keys, g_end.tolist(), p_end.tolist(), strict=True):
-        ids = gids[g0:g1]
-        out[k] = (offs[p0:p1], vals[p0:p1], ids, lens[g0:g1], g_tid[ids])
-        g0, p0 = g1, p1
-    return out
+    return _PerKey(flat, g_src, g_key, g_len, g_tid, keys)
+
+
+class _PerKey:
+    """_by_key's mapping, each key's arrays made when asked: a copy of every pair's offset
+    and value at once (with the index gathering them) was this stage's peak, ~3x the pairs'
+    16 bytes beyond the store's own (200 MiB at 1M ops); one key's at a time is small."""
+
+    def __init__(self, flat: np.ndarray, g_src: np.ndarray, g_key: np.ndarray, g_len: np.ndarray,
+                 g_tid: np.ndarray, keys: list) -> None:
+        self.offs, self.vals = flat[0::2], flat[1::2]
+        self.g_src, self.g_tid = g_src, g_tid
+        self.gids = np.argsort(g_key, kind="stable")  # by key, then in op order
+        self.lens = g_len[self.gids]
+        g_end = np.cumsum(np.bincount(g_key, minlength=len(keys)))
+        ends = g_end.tolist()
+        self.bounds = list(zip([0, *ends], ends, strict=False))  # (each key: from the last one's end)
+        self.at = {k: i for i, k in enumerate(keys)}
+        self.keys = keys
+
+    def _arrays(self, i: int) -> tuple:
+        g0, g1 = self.bounds[i]
+        ids, lens = self.gids[g0:g1], self.lens[g0:g1]
+        ends = np.cumsum(lens)
+        total = int(ends[-1]) if len(ends) else 0
+        at = np.repeat(self.g_src[ids] - (ends - lens), lens) + np.arange(total, dtype=_I64)
+        return self.offs[at], self.vals[at], ids, lens, self.g_tid[ids]
+
+    def items(self) -> Iterator[tuple[Any, tuple]]:
+        for i, k in enumerate(self.keys):
+            yield k, self._arrays(i)
+
+    def pop(self, k: Any, default: Any = None) -> Any:
+        i = self.at.pop(k, None)
+        return default if i is None else self._arrays(i)
 
 
 def _flat_reads(lists: list, g_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -405,6 +468,15 @@ def _flat_reads(lists: list, g_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 _start, _data = attrgetter("start"), attrgetter("data")
+
+
+def _slim_reads(g: Gathered) -> tuple[np.ndarray, np.ndarray]:
+    """_flat_reads of a slim gathering: the store's array itself, where each group starts."""
+    store = g.slim.store if g.slim.store is not None else array("q")
+    flat = np.frombuffer(store, dtype=_I64)
+    if len(flat) and flat[0::2].min() < 0:
+        raise _NotInts
+    return flat, np.array(g.src, dtype=_I64)
 
 
 def _flatten(lists: list[list], n: int) -> np.ndarray:
@@ -468,7 +540,7 @@ def _by_first(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     return a, b, starts
 
 
-def _first_readers(ix: QueueIndex, per_key: dict, ok_t: np.ndarray) -> dict:
+def _first_readers(ix: QueueIndex, per_key: _PerKey, ok_t: np.ndarray) -> dict:
     """reads_ok: key -> value -> id of the first ok op that read it; keys in first-read order.
 
     Returns the same as arrays: key -> (the values, sorted; the id of each one's reader).
@@ -516,7 +588,7 @@ def _commit_info(ix: QueueIndex, first_at: dict, info: list[int]) -> list[int]:
 def _version_orders(
     ix: QueueIndex,
     keys: list,
-    per_key: dict,
+    per_key: _PerKey,
     sends: dict,
     committed: np.ndarray,
     groups: _Groups,

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from logquake.checker.queue_pairs import Pairs
 from logquake.history import FAIL, INFO, OK, Op
 
 QUEUE_FS = frozenset({"send", "poll", "txn"})
@@ -171,6 +172,83 @@ class ReadGroups:
     bare_sends: dict
     committed: np.ndarray  # by op id: Txn.committed
     logs: dict  # key -> its log (sorted offsets, the value at each); None: an offset holds two
+
+
+class OpReads:
+    """Where each op's reads lie in the one PairStore of a history checked from its file,
+    for LazyReads: each group's key number, first pair and length, by op id where its
+    groups start (op ids 0..n: one more at the end), the keys, the store's array.
+    build_index fills it once the ops are gathered."""
+
+    __slots__ = ("key", "src", "length", "op_start", "keys", "store")
+
+    def __init__(self) -> None:
+        self.key = self.src = self.length = self.op_start = None
+        self.keys: list = []
+        self.store: Any = None
+
+    def of(self, tid: int) -> dict:
+        """Op tid's reads, as Txn.reads has them: key -> Pairs, in the op's order of keys."""
+        a, b = self.op_start[tid : tid + 2].tolist()
+        keys, store = self.keys, self.store
+        return {keys[kn]: Pairs(store, at, n) for kn, at, n in
+                zip(self.key[a:b].tolist(), self.src[a:b].tolist(), self.length[a:b].tolist(), strict=True)}
+
+
+class LazyReads:
+    """An op's reads (Txn.reads) made from OpReads when asked, so that a history checked
+    from its file holds no dict per op, nor a Pairs per key (~350 bytes an op)."""
+
+    __slots__ = ("groups", "tid")
+
+    def __init__(self, groups: OpReads, tid: int) -> None:
+        self.groups = groups
+        self.tid = tid
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        g = self.groups
+        a, b = g.op_start[self.tid : self.tid + 2].tolist()
+        keys = g.keys
+        for i, kn in enumerate(g.key[a:b].tolist(), a):
+            if keys[kn] == k:
+                return Pairs(g.store, int(g.src[i]), int(g.length[i]))
+        return default
+
+    def __getitem__(self, k: Any) -> Any:
+        got = self.get(k, self)
+        if got is self:
+            raise KeyError(k)
+        return got
+
+    def __contains__(self, k: Any) -> bool:
+        return self.get(k, self) is not self
+
+    def items(self) -> Any:
+        return self.groups.of(self.tid).items()
+
+    def keys(self) -> Any:
+        return self.groups.of(self.tid).keys()
+
+    def values(self) -> Any:
+        return self.groups.of(self.tid).values()
+
+    def __iter__(self) -> Any:
+        return iter(self.groups.of(self.tid))
+
+    def __len__(self) -> int:
+        a, b = self.groups.op_start[self.tid : self.tid + 2].tolist()
+        return b - a
+
+    def __bool__(self) -> bool:
+        return True  # (an op with no reads holds an empty dict instead)
+
+    def __eq__(self, other: object) -> bool:
+        return self.groups.of(self.tid) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LazyReads({self.groups.of(self.tid)!r})"
 
 
 def txn_columns(ix: QueueIndex) -> TxnColumns:

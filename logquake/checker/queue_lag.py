@@ -52,6 +52,7 @@ def realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     rs = np.flatnonzero(g.some)
     tid_parts, key_parts, off_parts, rank_parts = [g.tid[rs]], [g.key[rs]], [g.max[rs]], []
     rank_parts.append(rs - np.searchsorted(g.tid, g.tid[rs]))
+    del rs
     for k, (offs, _, tids, ranks) in g.sends.items():
         kno = key_no.get(k)
         if kno is None:
@@ -78,25 +79,35 @@ def realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     nk = max(len(keys), 1)
     # expired: per key, the running maximum of offsets in op order; the first op where it
     # reaches q is the one whose time expired[k][q] holds.
-    order = np.argsort(K * (n + 1) + T, kind="stable")
-    eT, eK, eO = T[order], K[order], Of[order]
-    big = int(eO.max(initial=0)) + 2
+    # (max_off first, from the unsorted arrays: a maximum is the same in any order.)
+    max_off = np.full(nk, -1, dtype=i64)
+    np.maximum.at(max_off, K, Of)
+    sort_key = K * (n + 1)
+    sort_key += T
+    order = np.argsort(sort_key, kind="stable")
+    del sort_key
+    eT = T[order]
+    big = int(Of.max(initial=0)) + 2
+    uniq = None
     if nk * big < 2**62:  # the key folded into the offset: one running maximum for all keys
 
         def fold(kk: np.ndarray, offs: np.ndarray) -> np.ndarray:
             return kk * big + offs
 
     else:  # offsets too large for that: by their rank among the offsets instead
-        uniq = np.unique(eO)
+        uniq = np.unique(Of)
         big = len(uniq) + 1
 
         def fold(kk: np.ndarray, offs: np.ndarray) -> np.ndarray:
             return kk * big + np.searchsorted(uniq, offs, side="left")
 
-    reach = np.maximum.accumulate(fold(eK, eO)) if len(eK) else eK
-    max_off = np.full(nk, -1, dtype=i64)
-    np.maximum.at(max_off, eK, eO)
-    del order, eK, eO, live
+    # reach = fold(K, Of) in key order, then its running maximum: in place, one array.
+    reach = K[order]
+    reach *= big
+    reach += Of[order] if uniq is None else np.searchsorted(uniq, Of[order], side="left")
+    if len(reach):
+        np.maximum.accumulate(reach, out=reach)
+    del order, live
     # Steps: ok polls/txns, numbered per process; poll_at[start[p] + seq - 1] is step seq's op.
     ptids = np.flatnonzero(poll)
     poll_at = ptids[np.argsort(proc[ptids], kind="stable")]
@@ -137,12 +148,16 @@ def realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     K = K[m]
     Of = Of[m]
     R = R[m]
-    order = np.argsort(T * nk + K, kind="stable")
+    sort_key = T * nk
+    sort_key += K
+    order = np.argsort(sort_key, kind="stable")
+    del sort_key
     T = T[order]
     K = K[order]
     Of = Of[order]
     R = R[order]
-    code = T * nk + K
+    code = T * nk
+    code += K
     new = np.ones(len(code), dtype=bool)
     new[1:] = code[1:] != code[:-1]
     at = np.flatnonzero(new)
@@ -151,7 +166,10 @@ def realtime_lag(ix: QueueIndex) -> dict[str, Any]:
         T, K = T[at], K[at]
     del m, code, new, at
     P = proc[T]
-    order = np.argsort(P * nk + K, kind="stable")  # per (process, key), in op order
+    sort_key = P * nk
+    sort_key += K
+    order = np.argsort(sort_key, kind="stable")  # per (process, key), in op order
+    del sort_key
     T = T[order]
     K = K[order]
     Of = Of[order]
@@ -165,8 +183,14 @@ def realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     epoch = np.zeros(len(T), dtype=i64)
     if xs:
         xk = np.sort(np.fromiter((pn * (n + 1) + e[1] for pn, evs in xs.items() for e in evs), dtype=i64))
-        first_x = np.searchsorted(xk, P * (n + 1), side="left")
-        epoch = np.searchsorted(xk, P * (n + 1) + S - 1, side="right") - first_x
+        at = P * (n + 1)
+        first_x = np.searchsorted(xk, at, side="left")
+        at += S
+        at -= 1
+        epoch = np.searchsorted(xk, at, side="right")
+        del at
+        epoch -= first_x
+        del first_x
     pair = np.ones(len(T), dtype=bool)
     del T, seq_of, ev_of_tid  # (their parts for the steps are in P, S and E)
     pair[1:] = (P[1:] != P[:-1]) | (K[1:] != K[:-1])
@@ -276,6 +300,7 @@ def realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     j = np.flatnonzero(~block)
     del block
     j = j[Of[j] > run_max[j - 1]]
+    E, R = E[j], R[j]  # (only the closes' are read again, by close_order)
     cP = np.concatenate((P[j], np.asarray([c[0] for c in cands], dtype=i64)))
     cS = np.concatenate((S[j] - 1, np.asarray([c[1] for c in cands], dtype=i64)))
     cK = np.concatenate((K[j], np.asarray([c[2] for c in cands], dtype=i64)))
@@ -301,8 +326,7 @@ def realtime_lag(ix: QueueIndex) -> dict[str, Any]:
     def close_order(c: int) -> tuple:
         i = int(idx[c])
         if i < len(j):
-            jj = int(j[i])
-            return (int(E[jj]), 0, int(R[jj]), 0)
+            return (int(E[i]), 0, int(R[i]), 0)
         return cands[i - len(j)][4]
 
     c = min(ties.tolist(), key=close_order)

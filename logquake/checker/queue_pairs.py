@@ -1,40 +1,27 @@
-"""A history read for the check in less memory: poll reads as one int64 array, invocations sharing.
+"""Poll reads as one int64 array: what the check from a file (queue_stream.py) holds of them.
 
 A queue history is mostly its reads: millions of [offset, value] pairs, each decoded as a
 list of its own holding two integers of their own (~130 bytes a pair; on bench_checker's
-1M-op history 9.1M pairs, 1.1 GB of the 2.3 GB the loaded ops take). `load_queue_history`
-moves every poll's pairs, as each line is read, into one `PairStore` (16 bytes a pair) and
+1M-op history 9.1M pairs, 1.1 GB of the 2.3 GB the loaded ops take). queue_stream moves
+every poll's pairs, as each line is read, into one `PairStore` (16 bytes a pair) and
 leaves a `Pairs` view in their place; build_index then takes its arrays of reads straight
 from the store instead of walking the lists.
 
-A `Pairs` reads as a sequence of (offset, value) tuples, so the analyses and final_read that
-walk an op's reads walk a view the same way. Only pairs of two integers within 64 bits
-are moved: anything else (a float, a bool, a malformed pair) stays the list it was read
-as, for build_index to refuse by name.
-
-The rest of an op's value is mostly small objects of its own (on the same history, 1.2 KB
-an op once the pairs are stored). Two of them are dropped as the lines are read (tracemalloc,
-200k ops: 1,215 -> 941 bytes an op, -23 %):
-- an invocation's value, when its completion says the same sends (same keys and values, in
-  the same micro-ops): the invocation then holds its completion's value. Every reader of an
-  invocation's value (build_index when the completion has none, publish_attempts) reads the
-  same sends from either; poll micro-ops of an invocation carry nothing. -17 %.
-- each micro-op's name, "send" or "poll", a string of its own as decoded: one shared. -5 %.
+A `Pairs` reads as a sequence of (offset, value) tuples, so the analyses that walk an op's
+reads walk a view the same way. Only pairs of two integers within 64 bits are moved:
+anything else (a float, a bool, a malformed pair) stays the list it was read as, for
+build_index to refuse by name.
 """
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Iterator
 from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from logquake.gcpause import paused_gc
-from logquake.history import INVOKE, NEMESIS, Op, read_history
-
-__all__ = ["PairStore", "Pairs", "joined", "load_queue_history"]
+__all__ = ["PairStore", "Pairs", "joined"]
 
 _INT = {int}
 _TWO = {2}
@@ -194,51 +181,3 @@ class Pairs:
 
     def __repr__(self) -> str:
         return f"Pairs({[list(p) for p in self]!r})"
-
-
-def load_queue_history(path: str | os.PathLike[str]) -> list[Op]:
-    """A history.jsonl as load_history reads it, with every poll's pairs in one PairStore and
-    invocations sharing their completions' values where those say the same sends."""
-    store = PairStore()
-    ops: list[Op] = []
-    in_flight: dict[Any, Op] = {}
-    with paused_gc():  # (as load_history: millions of live containers)
-        for op in read_history(path):
-            ops.append(op)
-            if op.process == NEMESIS:
-                continue
-            if op.type == INVOKE:
-                in_flight[op.process] = op
-                continue
-            store.take_polls(op.value)
-            inv = in_flight.pop(op.process, None)
-            if inv is not None and op.f in _QUEUE_FS and _same_sends(inv.value, op.value):
-                _SET_VALUE(inv, op.value)
-    store.flush()
-    return ops
-
-
-_QUEUE_FS = frozenset({"send", "poll", "txn"})
-_NAMES = {"send": "send", "poll": "poll"}
-_SET_VALUE = Op.__dict__["value"].__set__  # (Op is frozen: as history.py builds them)
-
-
-def _same_sends(invoked: Any, done: Any) -> bool:
-    """Whether a completion's micro-ops are the invocation's, each send to the same key with the
-    same value (its result [offset, value], or unfinished, the value). Interns their names."""
-    if type(invoked) is not list or type(done) is not list or len(invoked) != len(done):
-        return False
-    for a, b in zip(invoked, done, strict=True):
-        if type(a) is not list or type(b) is not list or not a or not b:
-            return False
-        name = _NAMES.get(b[0])
-        if name is None or a[0] != name:
-            return False
-        b[0] = name
-        if name == "send":
-            if len(a) != 3 or len(b) != 3 or type(a[1]) is not int or type(b[1]) is not int or a[1] != b[1] or type(a[2]) is not int:
-                return False
-            r = b[2]
-            if not (type(r) is int and r == a[2] or type(r) is list and len(r) == 2 and type(r[1]) is int and r[1] == a[2]):
-                return False
-    return True

@@ -1,5 +1,6 @@
 """--max-memory: a history is measured before it is read, refused in one line when too
-large, and read with its polls stored as arrays (same verdict, less memory) when only that fits."""
+large, and checked straight from its file (queue_stream.py: same verdict, bounded memory)
+when only that fits."""
 
 from __future__ import annotations
 
@@ -16,17 +17,20 @@ from logquake.checker.generate import BUGS, SimConfig, simulate
 from logquake.checker.memory import (
     BASE,
     CHECK_PER_BYTE,
-    STORED_CHECK_PER_BYTE,
+    STREAMED_CHECK_PER_BYTE,
     history_size,
     parse_size,
     plan_check,
     refuse_report,
 )
 from logquake.checker.queue_build import build_index
-from logquake.checker.queue_pairs import Pairs, PairStore, joined, load_queue_history
-from logquake.errors import UserError
+from logquake.checker.queue_pairs import Pairs, PairStore, joined
+from logquake.checker.queue_stream import HistoryFile, indexed_ops
+from logquake.errors import HistoryFormatError, UserError
 from logquake.history import Op, load_history, write_history
 from tests.checker.histories import with_bug
+from tests.checker.test_duplicate_window import _resent_twice_stored
+from tests.checker.test_final_read import the_issues_history
 
 
 def untimed(result: dict) -> dict:
@@ -83,13 +87,13 @@ def test_a_history_too_large_is_refused_in_one_line_saying_what_fits(big):
         plan_check(big, BASE // 2)
 
 
-def test_the_plan_stores_reads_only_when_the_plain_read_does_not_fit(big):
+def test_the_plan_checks_from_the_file_only_when_the_plain_read_does_not_fit(big):
     size = big.stat().st_size
-    assert not plan_check(big, 2**40).store_reads
-    between = BASE + int((CHECK_PER_BYTE + STORED_CHECK_PER_BYTE) / 2 * size)
-    assert plan_check(big, between).store_reads
-    with pytest.raises(UserError):  # not a history.jsonl: no stored reads to fall back on
-        plan_check(big, between, can_store=False)
+    assert not plan_check(big, 2**40).streamed
+    between = BASE + int((CHECK_PER_BYTE + STREAMED_CHECK_PER_BYTE) / 2 * size)
+    assert plan_check(big, between).streamed
+    with pytest.raises(UserError):  # not a queue history.jsonl: no check from the file to fall back on
+        plan_check(big, between, can_stream=False)
 
 
 def test_report_refusal(big):
@@ -98,30 +102,41 @@ def test_report_refusal(big):
         refuse_report(big, BASE)
 
 
+@pytest.mark.parametrize("txn", [True, False])
 @pytest.mark.parametrize("bug", ["none", *BUGS])
-def test_stored_reads_change_nothing_an_analysis_sees(tmp_path, bug):
+def test_the_check_from_the_file_gives_the_in_memory_result(tmp_path, bug, txn):
     path = tmp_path / "history.jsonl"
-    write_history(path, simulate(with_bug(bug, ops=400, txn=True))[0])
-    plain, stored = load_history(path), load_queue_history(path)
-    assert any(isinstance(p, Pairs) for op in stored for m in op.value or () if m[0] == "poll" and len(m) > 1
-               for p in m[1].values())
-    assert [o.to_dict() for o in stored if o.type != "invoke"] == [o.to_dict() for o in plain if o.type != "invoke"]
-    # An invocation holds its completion's value where that says the same sends, else its own.
-    shared = 0
-    for i, (s, p) in enumerate(zip(stored, plain, strict=True)):
-        if s.type == "invoke" and s.value != p.value:
-            shared += 1
-            comp = next(o for o in stored[i + 1 :] if o.process == s.process)
-            assert s.value is comp.value and {**s.to_dict(), "value": p.value} == p.to_dict()
-            assert _sends(s.value) == _sends(p.value)
-    assert shared
-    opts = CheckOptions(txn=True)
-    assert untimed(check_history(stored, opts)) == untimed(check_history(plain, opts))
+    write_history(path, simulate(with_bug(bug, ops=400, txn=txn))[0])
+    opts = CheckOptions(txn=txn)
+    assert untimed(check_history(HistoryFile(path), opts)) == untimed(check_history(load_history(path), opts))
 
 
-def _sends(value: list) -> list:
-    """(key, value) of each send micro-op, whether invoked or completed."""
-    return [(m[1], m[2][1] if isinstance(m[2], list) else m[2]) for m in value if m[0] == "send"]
+@pytest.mark.parametrize(("ops", "opts", "found"), [
+    (lambda: the_issues_history().ops, CheckOptions(), "lost"),  # a final read: read again
+    (lambda: _resent_twice_stored(resend_at=20.0).ops, CheckOptions(duplicate_window=5.0), "duplicate-after-window"),
+])
+def test_the_analyses_that_read_the_ops_again_read_the_file(tmp_path, ops, opts, found):
+    path = tmp_path / "history.jsonl"
+    write_history(path, ops())
+    streamed, in_memory = check_history(HistoryFile(path), opts), check_history(load_history(path), opts)
+    assert untimed(streamed) == untimed(in_memory)
+    assert found in streamed["anomalies"]
+
+
+def test_a_malformed_line_checked_from_the_file_is_the_files_error(tmp_path):
+    path = tmp_path / "history.jsonl"
+    write_history(path, simulate(with_bug("none", ops=50, txn=True))[0])
+    path.write_text(path.read_text().replace('"type":"ok"', '"type":"okay"', 1))
+    with pytest.raises(HistoryFormatError, match="unknown type"):
+        check_history(HistoryFile(path), CheckOptions(txn=True))
+
+
+def test_indexed_ops_keep_no_value_and_no_invocation(tmp_path):
+    path = tmp_path / "history.jsonl"
+    write_history(path, simulate(with_bug("none", ops=200, txn=True))[0])
+    ix = build_index(indexed_ops(HistoryFile(path)), slim=True)
+    assert ix.txns and all(t.op.value is None and t.op.type != "invoke" for t in ix.txns)
+    assert all(type(p) is Pairs for t in ix.txns for p in t.reads.values())
 
 
 def _poll(index: int, reads: dict) -> list[Op]:
@@ -134,7 +149,7 @@ def test_pairs_of_integers_are_stored_and_any_other_read_is_kept_as_read(tmp_pat
     odd = [[0, 1.0], [0, True], [True, 1], [0], [], "x", 5, [0, 1, 2], [1, 7]]
     write_history(path, _poll(0, {"1": [[0, 1], [1, 2]], "3": []}) + _poll(1, {"1": [[0, 1], [1, 3]], "2": [[0, 2**63]]})
                   + _poll(2, {"1": odd}))
-    a, b, c = (op.value[0][1] for op in load_queue_history(path) if op.type == "ok")
+    a, b, c = (op.value[0][1] for op in indexed_ops(HistoryFile(path)) if op.type == "ok")
     assert type(a["1"]) is Pairs and list(a["1"]) == [(0, 1), (1, 2)] and a["1"] == [[0, 1], [1, 2]]
     assert a["1"][-1] == (1, 2) and a["1"][0] == (0, 1) and len(a["3"]) == 0 and a["3"] == []
     with pytest.raises(IndexError):
@@ -165,31 +180,30 @@ def test_cli_refuses_a_history_too_large_before_reading_it(big):
     assert p.returncode == 3 and "--max-memory" in p.stderr
 
 
-def test_cli_checks_with_stored_reads_under_a_small_limit_with_the_in_memory_verdict(big):
-    """`logquake check --max-memory` with room for the stored reads only: reads stored as
-    arrays, the verdict check_history gives on the history read plainly (40k ops, every bug)."""
+def test_cli_checks_from_the_file_under_a_small_limit_with_the_in_memory_verdict(big):
+    """`logquake check --max-memory` with room for the check from the file only: the verdict
+    check_history gives on the history read plainly (40k ops, every bug)."""
     size = big.stat().st_size
-    between = BASE + int((CHECK_PER_BYTE + STORED_CHECK_PER_BYTE) / 2 * size)
+    between = BASE + int((CHECK_PER_BYTE + STREAMED_CHECK_PER_BYTE) / 2 * size)
     stored = cli("check", "--txn", "--json", "--max-memory", str(between), str(big))
-    assert "arrays" in stored.stderr
+    assert "straight from the file" in stored.stderr
     assert stored.returncode == 1, stored.stderr  # the planted bugs
     in_memory = json.loads(json.dumps(check_history(load_history(big), CheckOptions(txn=True)), default=str))
     assert untimed(json.loads(stored.stdout)) == untimed(in_memory)
 
 
-@pytest.mark.slow  # the same path as the test above, at the issue's size
-def test_cli_checks_200k_ops_with_stored_reads_under_a_small_limit_with_the_in_memory_verdict(tmp_path):
+def test_cli_checks_200k_ops_from_the_file_under_a_small_limit_with_the_in_memory_verdict(tmp_path):
     """The issue's size: 200k ops with every bug planted, through `logquake check
-    --max-memory` (reads stored as arrays) and check_history on the generated ops."""
+    --max-memory` (checked from the file) and check_history on the generated ops."""
     cfg = SimConfig(ops=100_000, workers=10, active_keys=10, max_writes_per_key=512, txn=True, p_fail=0.01,
                     p_info=0.01, p_assign=0.01, bugs=frozenset(BUGS), p_bug=0.002, seed=11)
     ops = simulate(cfg)[0]
     path = tmp_path / "history.jsonl"
     write_history(path, ops)
     size = path.stat().st_size
-    between = BASE + int((CHECK_PER_BYTE + STORED_CHECK_PER_BYTE) / 2 * size)
+    between = BASE + int((CHECK_PER_BYTE + STREAMED_CHECK_PER_BYTE) / 2 * size)
     stored = cli("check", "--txn", "--json", "--max-memory", str(between), str(path))
-    assert "arrays" in stored.stderr
+    assert "straight from the file" in stored.stderr
     assert stored.returncode == 1, stored.stderr  # the planted bugs
     in_memory = json.loads(json.dumps(check_history(ops, CheckOptions(txn=True)), default=str))
     assert untimed(json.loads(stored.stdout)) == untimed(in_memory)
@@ -227,10 +241,27 @@ def test_an_ops_polls_of_one_key_lie_side_by_side_and_join_without_a_copy(tmp_pa
     write_history(path, [Op(index=0, process=0, type="invoke", f="txn", value=[["poll"], ["poll"]]),
                          Op(index=1, process=0, type="ok", f="txn",
                             value=[["poll", {"1": [[0, 1]], "2": [[0, 5]]}], ["poll", {"1": [[1, 2]]}]])])
-    done = load_queue_history(path)[1]
+    done = list(indexed_ops(HistoryFile(path)))[1]
     a, b = done.value[0][1]["1"], done.value[1][1]["1"]
     assert list(done.value[0][1]) == ["1", "2"]  # the poll's own order of keys, as read
     assert b.start == a.start + a.n
     size = len(a.data)
     assert joined(a, b) == [[0, 1], [1, 2]] and len(a.data) == size
-    assert build_index(load_queue_history(path)).txns[0].reads == {1: [(0, 1), (1, 2)], 2: [(0, 5)]}
+    assert build_index(indexed_ops(HistoryFile(path)), slim=True).txns[0].reads == {1: [(0, 1), (1, 2)], 2: [(0, 5)]}
+
+
+@pytest.mark.parametrize("odd", [
+    [["poll", {"1": [[0, "a"]]}]],  # a read that is no pair of integers: not in the store
+    [["send", 1, [0, "a"]]],  # a send whose value is no integer: the arrays refuse it
+])
+def test_a_history_the_store_cannot_hold_is_checked_from_the_file_as_in_memory(tmp_path, odd):
+    path = tmp_path / "history.jsonl"
+    ops = simulate(with_bug("none", ops=100, txn=True))[0]
+    n = len(ops)
+    ops += [Op(index=n, process=99, type="invoke", f="txn", value=[[m[0]] if m[0] == "poll" else m[:2] for m in odd]),
+            Op(index=n + 1, process=99, type="ok", f="txn", value=odd)]
+    write_history(path, ops)
+    opts = CheckOptions(txn=True)
+    streamed, in_memory = check_history(HistoryFile(path), opts), check_history(load_history(path), opts)
+    assert untimed(streamed) == untimed(in_memory)
+    assert streamed["valid"] == "unknown" and "index" in streamed["analysis_errors"]

@@ -60,6 +60,11 @@ How the queue's words map onto JetStream:
   node). Message tracing and batched direct gets need nats-server 2.11+: on an older
   server the drain skips these reads at once and says why (`node_reads_refusal`,
   system.py); a node read that meets one anyway ends info, saying so.
+- a stored message whose payload is not an integer of 64 bits (the workload writes only
+  those; an empty message stored by a server that did not take an abort's headers as a
+  batch's, say) is no value: a poll records it beside its values as `unparsed`
+  (`{"5": [[17, ""]]}`, offset and text), with a warning, and reads on past it, so one
+  foreign message neither stops a key's read nor reaches the checker as a value.
 - crash is the runner's: it closes this client (the connection drops) and opens a new one.
   Under idempotence the worker's new client first resends each of the worker's sends that
   ended info (`resend` ops, workloads/generator.py): a publish like any other, under the
@@ -212,6 +217,32 @@ def server_name(url: str, timeout: float = 2.0) -> str | None:
     except (OSError, ValueError):
         return None
     return name if isinstance(name, str) and name else None
+
+
+UNPARSED_TEXT = 64  # characters of an unparsed payload kept in the history
+
+
+def parse_value(data: bytes | None) -> int | None:
+    """The workload's value a stored payload holds; None when it is not an integer of 64 bits
+    (nats-py gives an empty message's payload as None)."""
+    try:
+        v = int(data or b"")
+    except ValueError:
+        return None
+    return v if -(2**63) <= v < 2**63 else None
+
+
+def _add_read(polled: dict[str, list[list[Any]]], unparsed: dict[str, list[list[Any]]], k: int, seq: int,
+              data: bytes | None) -> None:
+    """One stored message read: a value into the poll, or its text into `unparsed`."""
+    if (v := parse_value(data)) is not None:
+        add_polled(polled, k, seq, v)
+        return
+    text = (data or b"").decode("utf-8", "backslashreplace")
+    if len(text) > UNPARSED_TEXT:
+        text = text[:UNPARSED_TEXT] + "..."
+    log.warning("%s: the message at %d is not an integer (%r): recorded as unparsed", stream_name(k), seq, text)
+    unparsed.setdefault(str(k), []).append([seq, text])
 
 
 def _status(m: Any) -> str | None:
@@ -536,6 +567,7 @@ class JetStreamClient(QueueClient):
         value = [list(m) for m in op.value]
         acks: list[Any] = []  # subscribe: messages to ack once the op is ok
         unread: dict[int, BaseException] = {}  # assign: keys whose read the server did not answer
+        unparsed: dict[str, list[list[Any]]] = {}  # messages read whose payload is no value
         for i, m in enumerate(value):
             if m[0] == "send":
                 _, k, v = m
@@ -547,18 +579,19 @@ class JetStreamClient(QueueClient):
             else:
                 polled: dict[str, list[list[Any]]] = {}
                 value[i] = ["poll", polled]
-                err = await (self._fetch(polled, acks) if self.subscribed else self._read(polled, unread))
+                err = await (self._fetch(polled, unparsed, acks) if self.subscribed
+                             else self._read(polled, unparsed, unread))
                 # A final read is judged per key: what the streams that answered returned
                 # counts even where another stream did not answer (the poll says which).
                 if err is not None and not (op.get("final") and 0 < len(unread) < len(self.assigned)):
                     self._seek_back(value)
-                    return complete(op, INFO, value, error=_err_text(err))
+                    return _with_unparsed(complete(op, INFO, value, error=_err_text(err)), unparsed)
         for msg in acks:
             try:
                 await msg.ack()
             except Exception as e:  # noqa: BLE001 - unacked: delivered again, a read twice at worst
                 log.info("ack: %s", _err_text(e))
-        done = _with_attempts(complete(op, OK, value), sent, dup)
+        done = _with_unparsed(_with_attempts(complete(op, OK, value), sent, dup), unparsed)
         if op.get("final") and not self.subscribed:
             done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned
                                        if k not in unread}
@@ -720,23 +753,24 @@ class JetStreamClient(QueueClient):
         except Exception as e:  # noqa: BLE001 - creating or updating a stream stores no message
             log.info("stream %s with atomic publish: %s", stream_name(k), _err_text(e))
 
-    async def _read(self, polled: dict[str, list[list[Any]]], unread: dict[int, BaseException]) -> BaseException | None:
+    async def _read(self, polled: dict[str, list[list[Any]]], unparsed: dict[str, list[list[Any]]],
+                    unread: dict[int, BaseException]) -> BaseException | None:
         """assign: read every assigned stream onwards from this client's position; a key
         whose read failed goes to `unread` with what ended it, keeping what it read before."""
-        got: dict[int, list[tuple[int, int]]] = {k: [] for k in self.assigned}
+        got: dict[int, list[tuple[int, bytes | None]]] = {k: [] for k in self.assigned}
         deadline = asyncio.get_running_loop().time() + self.read_budget
         results = await asyncio.gather(*(self._read_key(k, got[k], deadline) for k in self.assigned),
                                        return_exceptions=True)
         for k, res in zip(self.assigned, results, strict=True):
-            for seq, v in got[k]:
-                add_polled(polled, k, seq, v)
+            for seq, data in got[k]:
+                _add_read(polled, unparsed, k, seq, data)
                 self.position[k] = seq + 1
             if isinstance(res, BaseException):
                 unread[k] = res
         return next(iter(unread.values()), None)
 
-    async def _read_key(self, k: int, got: list[tuple[int, int]], deadline: float) -> None:
-        """Append to `got` key k's messages from this client's position on, in order.
+    async def _read_key(self, k: int, got: list[tuple[int, bytes | None]], deadline: float) -> None:
+        """Append to `got` key k's messages (sequence, payload) from this client's position on, in order.
 
         One get per message: on a loaded machine a whole batch of them can outlast the op,
         and an op that times out returns nothing, so the next poll would start over from the
@@ -757,24 +791,25 @@ class JetStreamClient(QueueClient):
                 if got:
                     break
                 raise
-            got.append((msg.seq, int(msg.data)))
+            got.append((msg.seq, msg.data))
             seq = msg.seq + 1
 
-    async def _read_key_on(self, k: int, node: str) -> list[tuple[int, int]]:
+    async def _read_key_on(self, k: int, node: str) -> list[tuple[int, bytes | None]]:
         """The messages `node` itself holds at or after this client's position (one batch)."""
         if k in self._not_held:
             return []
         request = json.dumps({"seq": self.position.get(k, FIRST_SEQ), "batch": READ_BATCH}).encode()
-        got: list[tuple[int, int]] = []
+        got: list[tuple[int, bytes | None]] = []
         for m in await self._ask_node(direct_get(k), request, node, batch=True):
             status = _status(m)
             if status is None:
-                got.append((int(m.headers["Nats-Sequence"]), int(m.data)))
+                got.append((int(m.headers["Nats-Sequence"]), m.data))
             elif status not in ("204", "404"):  # end of batch; no message at or after the position
                 raise NodeReadError(f"{node}: {status} {m.headers.get('Description', '')}")
         return got
 
-    async def _fetch(self, polled: dict[str, list[list[Any]]], acks: list[Any]) -> BaseException | None:
+    async def _fetch(self, polled: dict[str, list[list[Any]]], unparsed: dict[str, list[list[Any]]],
+                     acks: list[Any]) -> BaseException | None:
         """subscribe: whatever the shared consumer of each subscribed stream delivers now."""
         keys = list(self._subs)
         results = await asyncio.gather(*(self._fetch_key(k) for k in keys), return_exceptions=True)
@@ -784,7 +819,7 @@ class JetStreamClient(QueueClient):
                 err = err or res
                 continue
             for msg in res:
-                add_polled(polled, k, msg.metadata.sequence.stream, int(msg.data))
+                _add_read(polled, unparsed, k, msg.metadata.sequence.stream, msg.data)
                 acks.append(msg)
         return err
 
@@ -833,6 +868,13 @@ def _with_attempts(done: Op, sent: _Attempts, duplicate: bool) -> Op:
         done.extra["attempts"] = sent.at
     if duplicate:
         done.extra["duplicate"] = True
+    return done
+
+
+def _with_unparsed(done: Op, unparsed: dict[str, list[list[Any]]]) -> Op:
+    """`done` with the messages its polls read that hold no value (README.md's History format)."""
+    if unparsed:
+        done.extra["unparsed"] = unparsed
     return done
 
 

@@ -94,7 +94,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -117,6 +117,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("logquake.client.nats-py")
 
 FIRST_SEQ = 1  # a stream's first sequence
+CONNECT_TIMEOUT = 10.0  # a connect, every server tried as often as fits, gives up after this
 GROUP = "lq-group"  # the durable consumer subscribers share
 ACK_WAIT_S = 5.0  # a subscriber's unacked message is delivered again after this
 READ_BATCH = 100  # messages a poll reads per key at most
@@ -199,6 +200,41 @@ def node_reads_refusal(version: str) -> str | None:
     since = ".".join(map(str, NODE_READ_VERSION))
     return (f"needs nats-server {since}+ (message tracing, batched direct gets), "
             f"this is {version.strip().lstrip('v') or 'unknown'}")
+
+
+async def connect(bootstrap: str, *, timeout: float = CONNECT_TIMEOUT,
+                  error_cb: Callable[[Exception], Awaitable[None]] | None = None) -> Any:
+    """A nats-py connection to any of the comma-separated nats:// URLs, reconnecting on its
+    own afterwards; TimeoutError after `timeout`, the socket of the attempt then under way closed.
+
+    nats-py's connect tries the servers until one answers (max_reconnect_attempts=-1). Cut
+    short mid-attempt (a server that accepted the TCP connection and sends no INFO: a
+    paused one), it leaves that attempt's socket open and watched by the loop, so nothing
+    would ever close it: a descriptor lost per connect given up, over a soak's pauses.
+    """
+    nc = nats.NATS()
+    try:
+        await asyncio.wait_for(nc.connect(
+            servers=bootstrap.split(","), connect_timeout=2, reconnect_time_wait=0.2,
+            max_reconnect_attempts=-1, allow_reconnect=True, ping_interval=2, max_outstanding_pings=2,
+            error_cb=error_cb or _log_error, disconnected_cb=_ignore, reconnected_cb=_ignore, closed_cb=_ignore,
+        ), timeout)
+    except BaseException:
+        await _discard(nc)
+        raise
+    return nc
+
+
+async def _discard(nc: Any) -> None:
+    """Close a connection that never completed its connect, its socket included."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.close(), 2.0)
+    # Between two attempts nats-py counts the client closed and close() returns at once;
+    # the transport (nats-py's attribute) may hold the next attempt's socket all the same.
+    transport = getattr(nc, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
 
 
 class NodeReadError(Exception):
@@ -339,11 +375,9 @@ class JetStreamClient(QueueClient):
         self._bootstrap = bootstrap_servers
         self._loop = _Loop()
         try:
-            self._nc = self._loop.run(nats.connect(
-                servers=bootstrap_servers.split(","), connect_timeout=2, reconnect_time_wait=0.2,
-                max_reconnect_attempts=-1, allow_reconnect=True, ping_interval=2, max_outstanding_pings=2,
-                error_cb=_log_error, disconnected_cb=_ignore, reconnected_cb=_ignore, closed_cb=_ignore,
-            ), timeout=10.0)
+            # The loop's own bound comes first, so the connect closes what it opened (`connect`).
+            self._nc = self._loop.run(connect(bootstrap_servers, timeout=CONNECT_TIMEOUT),
+                                      timeout=CONNECT_TIMEOUT + 2.0)
         except BaseException:
             self._loop.stop()
             self._loop = None

@@ -149,3 +149,42 @@ def test_a_message_that_holds_no_value_is_recorded_unparsed_and_read_past(tmp_pa
         r = check_history(list(h), CheckOptions())
         assert r["valid"] is True, r
         assert r["final_read"]["complete_keys"] == 1 and r["final_read"]["lost"] == 0, r["final_read"]
+
+
+def test_the_final_read_reads_every_stored_message_past_a_gap_in_bulk(tmp_path):
+    """The final read (an ordered consumer per key, `_read_key_to_end`) returns every stored
+    message once, in order, past a deleted one, and more than a main-phase poll's batch at once."""
+    import asyncio
+
+    import nats
+
+    from logquake.systems.jetstream.client import READ_BATCH
+
+    n, hole = 3 * READ_BATCH + 7, 150
+
+    async def fill(url: str) -> None:
+        nc = await nats.connect(url.split(","))
+        try:
+            js = nc.jetstream(timeout=10)
+            await js.add_stream(JetStreamClient(replicas=3, op_timeout=4.0)._stream_config(ALIVE))
+            await asyncio.gather(*[await js.publish_async(subject(ALIVE), str(v).encode()) for v in range(1, n + 1)])
+            await js.delete_msg(stream_name(ALIVE), hole)
+        finally:
+            await nc.close()
+
+    with running(local_lifecycle(tmp_path)) as lc:
+        asyncio.run(fill(lc.bootstrap()))
+        c = _client(lc.bootstrap())
+        try:
+            assign = c.invoke(_op("assign", [ALIVE, DEAD], seek_to_beginning=True, final=True))
+            assert assign.get("ends") == {str(ALIVE): n + 1, str(DEAD): 1}, assign
+            read, polls = [], 0
+            while (poll := c.invoke(_op("poll", [["poll"]], final=True))).get("positions") != {
+                    str(ALIVE): n + 1, str(DEAD): 1}:
+                assert poll.type == OK and (polls := polls + 1) < 10, poll
+                read += poll.value[0][1].get(str(ALIVE), [])
+            read += poll.value[0][1].get(str(ALIVE), [])
+        finally:
+            c.close()
+        assert read == [[v, v] for v in range(1, n + 1) if v != hole]
+        assert polls <= 1, f"{polls + 1} polls for {n} messages"

@@ -32,7 +32,10 @@ How the queue's words map onto JetStream:
   fetch, and a message is acked after an ok poll returned it (Kafka's auto-commit after
   processing). A message fetched by a poll that ends info is not acked and is delivered
   again after `ACK_WAIT_S`.
-- the final read (the drain's ops marked `final`): a final assign records each key's end
+- the final read (the drain's ops marked `final`) reads each key from this client's position
+  to the end its final assign recorded in one go, through an ordered consumer, not with a
+  get per message (`_read_key_to_end` says why and what that means); a key whose end is
+  unknown is read as an assigned poll reads it. A final assign records each key's end
   of the log as `ends`, the stream's last sequence + 1 (where the next message would go,
   as a Kafka high watermark is), read from the stream leader's StreamInfo; an empty
   stream's end is its first sequence, a stream the server does not know ends at
@@ -120,7 +123,12 @@ FIRST_SEQ = 1  # a stream's first sequence
 CONNECT_TIMEOUT = 10.0  # a connect, every server tried as often as fits, gives up after this
 GROUP = "lq-group"  # the durable consumer subscribers share
 ACK_WAIT_S = 5.0  # a subscriber's unacked message is delivered again after this
-READ_BATCH = 100  # messages a poll reads per key at most
+READ_BATCH = 100  # messages a poll reads per key at most (but the final read's, `_read_key_to_end`)
+BULK_IDLE = 2.0  # the final read of a key ends its poll when its consumer delivered nothing for this long
+# A client's final read has this many keys' consumers open at once: each costs the servers a
+# consumer (created through the meta leader); all of a 100-key history at once, from every
+# worker, made the servers slower to start delivering than the reads took.
+BULK_KEYS = 32
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
 ENDS_TIMEOUT = 5.0  # a final assign asks each key's end of the log within this
 RETRY_BACKOFF = 0.1
@@ -364,6 +372,10 @@ class JetStreamClient(QueueClient):
         self._subs: dict[int, Any] = {}  # subscribe: key -> pull subscription on GROUP
         self._node: str | None = None  # the node a final read reads from, None: any
         self._not_held: set[int] = set()  # keys with no replica on that node
+        self._final_ends: dict[int, int] = {}  # the final read: each key's end, where its final assign got one
+        self._bulk = asyncio.Semaphore(BULK_KEYS)  # the final read's consumers open at once
+        self._commit = threading.Lock()  # a poll's positions move, or its op was given up: not both
+        self._op_gen = 0  # ops given up so far (`_run`)
         # How long an assigned poll goes on reading before it returns what it has: short
         # enough that its last get (PUBLISH_TIMEOUT at most) still ends within op_timeout.
         self.read_budget = max(self.op_timeout - PUBLISH_TIMEOUT, self.op_timeout / 2)
@@ -409,6 +421,10 @@ class JetStreamClient(QueueClient):
         try:
             return self._loop.run(coro, timeout=self.op_timeout + 1.0)
         except TimeoutError as e:
+            # The op may still finish on the loop before it sees the cancel: its reads must
+            # then move no position, since the history records none of them.
+            with self._commit:
+                self._op_gen += 1
             return complete(op, INFO, op.value, error=f"timeout: {e}")
 
     # -- assign / subscribe -----------------------------------------------------------
@@ -428,7 +444,7 @@ class JetStreamClient(QueueClient):
         # Positions live in this client: assigning asks nothing of the server.
         self.assigned = keys
         done = complete(op, OK, op.value)
-        self._node, self._not_held = op.get(NODE), set()
+        self._node, self._not_held, self._final_ends = op.get(NODE), set(), {}
         if op.get("final"):
             assert self._loop is not None
             ends: dict[str, int | None] = {str(k): None for k in keys}
@@ -440,6 +456,7 @@ class JetStreamClient(QueueClient):
             except TimeoutError as e:
                 log.info("ends: %s", e)
             done.extra["ends"] = ends
+            self._final_ends = {int(k): e for k, e in ends.items() if e is not None}
             if self._node is not None:
                 done.extra["not_held"] = sorted(self._not_held)
         return done
@@ -792,15 +809,19 @@ class JetStreamClient(QueueClient):
         """assign: read every assigned stream onwards from this client's position; a key
         whose read failed goes to `unread` with what ended it, keeping what it read before."""
         got: dict[int, list[tuple[int, bytes | None]]] = {k: [] for k in self.assigned}
+        gen = self._op_gen
         deadline = asyncio.get_running_loop().time() + self.read_budget
         results = await asyncio.gather(*(self._read_key(k, got[k], deadline) for k in self.assigned),
                                        return_exceptions=True)
-        for k, res in zip(self.assigned, results, strict=True):
-            for seq, data in got[k]:
-                _add_read(polled, unparsed, k, seq, data)
-                self.position[k] = seq + 1
-            if isinstance(res, BaseException):
-                unread[k] = res
+        with self._commit:
+            if gen != self._op_gen:
+                raise asyncio.CancelledError("the op was given up: its reads are not recorded")
+            for k, res in zip(self.assigned, results, strict=True):
+                for seq, data in got[k]:
+                    _add_read(polled, unparsed, k, seq, data)
+                    self.position[k] = seq + 1
+                if isinstance(res, BaseException):
+                    unread[k] = res
         return next(iter(unread.values()), None)
 
     async def _read_key(self, k: int, got: list[tuple[int, bytes | None]], deadline: float) -> None:
@@ -813,6 +834,9 @@ class JetStreamClient(QueueClient):
         may return) and the next one goes on from there."""
         if self._node is not None:
             got.extend(await self._read_key_on(k, self._node))
+            return
+        if k in self._final_ends:
+            await self._read_key_to_end(k, self._final_ends[k], got, deadline)
             return
         loop = asyncio.get_running_loop()
         seq = self.position.get(k, FIRST_SEQ)
@@ -827,6 +851,67 @@ class JetStreamClient(QueueClient):
                 raise
             got.append((msg.seq, msg.data))
             seq = msg.seq + 1
+
+    async def _read_key_to_end(self, k: int, end: int, got: list[tuple[int, bytes | None]], deadline: float) -> None:
+        """The final read of key k: its messages from this client's position up to `end`
+        (its final assign's), all of them in one go through an ordered consumer.
+
+        One get per message cost a request and its answer each: with every worker reading
+        every key, the drain of a 50k-message history took 78 s, past its 30 s. An ordered
+        consumer streams the messages (flow-controlled) and nats-py makes it over from the
+        last sequence delivered when one goes missing in flight, so no message is skipped,
+        which a plain ephemeral consumer could not promise a poll. The consumer's server
+        delivers from its own replica: one that lags delivers later, and the read goes on to
+        the leader's end; a value it returned that the quorum never held is the server's
+        anomaly, seen as any consumer would see it. Past `deadline`, or when nothing came for
+        BULK_IDLE s, the poll returns what it read and the next one goes on from there.
+        """
+        seq = self.position.get(k, FIRST_SEQ)
+        if seq >= end:
+            return
+        async with self._bulk:
+            await self._read_from_consumer(k, seq, end, got, deadline)
+
+    async def _read_from_consumer(self, k: int, seq: int, end: int, got: list[tuple[int, bytes | None]],
+                                  deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() >= deadline:
+            return
+        progress, done = asyncio.Event(), asyncio.Event()
+
+        async def on_msg(msg: Any) -> None:
+            # A callback, not next_msg: a wait_for per message cost the loop a task each.
+            if done.is_set():
+                return
+            try:
+                meta = msg.metadata
+            except Exception as e:  # noqa: BLE001 - no sequence: the read stops before it, skipping nothing
+                log.info("final read of %s: %s", stream_name(k), _err_text(e))
+                done.set()
+                return
+            got.append((meta.sequence.stream, msg.data))
+            progress.set()
+            if meta.sequence.stream + 1 >= end or meta.num_pending == 0:
+                done.set()  # at the end, or at the last message the stream held when it was sent
+
+        sub = None
+        try:
+            # Made within the poll's time too: an op over its time is given up whole (`_run`).
+            sub = await asyncio.wait_for(self._js.subscribe(
+                subject(k), stream=stream_name(k), ordered_consumer=True, cb=on_msg,
+                config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=seq)),
+                max(deadline - loop.time(), 0.1))
+            while not done.is_set() and (left := deadline - loop.time()) > 0:
+                progress.clear()
+                try:
+                    await asyncio.wait_for(progress.wait(), min(left, BULK_IDLE))
+                except TimeoutError:
+                    break
+        finally:
+            done.set()  # what arrives from here on is not this poll's
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
 
     async def _read_key_on(self, k: int, node: str) -> list[tuple[int, bytes | None]]:
         """The messages `node` itself holds at or after this client's position (one batch)."""

@@ -376,6 +376,7 @@ class JetStreamClient(QueueClient):
         self._bulk = asyncio.Semaphore(BULK_KEYS)  # the final read's consumers open at once
         self._commit = threading.Lock()  # a poll's positions move, or its op was given up: not both
         self._op_gen = 0  # ops given up so far (`_run`)
+        self._undo: dict[int, int | None] = {}  # positions before the running op moved them
         # How long an assigned poll goes on reading before it returns what it has: short
         # enough that its last get (PUBLISH_TIMEOUT at most) still ends within op_timeout.
         self.read_budget = max(self.op_timeout - PUBLISH_TIMEOUT, self.op_timeout / 2)
@@ -418,13 +419,21 @@ class JetStreamClient(QueueClient):
     def _run(self, op: Op, coro: Coroutine[Any, Any, Op]) -> Op:
         """Run one op's coroutine on the loop; a call with no answer in time is info."""
         assert self._loop is not None
+        with self._commit:
+            self._undo = {}
         try:
             return self._loop.run(coro, timeout=self.op_timeout + 1.0)
         except TimeoutError as e:
-            # The op may still finish on the loop before it sees the cancel: its reads must
-            # then move no position, since the history records none of them.
+            # The op may have read, or still read, before it sees the cancel: the history
+            # records none of its reads, so it moves no position (those it moved go back).
             with self._commit:
                 self._op_gen += 1
+                for k, pos in self._undo.items():
+                    if pos is None:
+                        self.position.pop(k, None)
+                    else:
+                        self.position[k] = pos
+                self._undo = {}
             return complete(op, INFO, op.value, error=f"timeout: {e}")
 
     # -- assign / subscribe -----------------------------------------------------------
@@ -819,6 +828,7 @@ class JetStreamClient(QueueClient):
             for k, res in zip(self.assigned, results, strict=True):
                 for seq, data in got[k]:
                     _add_read(polled, unparsed, k, seq, data)
+                    self._undo.setdefault(k, self.position.get(k))
                     self.position[k] = seq + 1
                 if isinstance(res, BaseException):
                     unread[k] = res

@@ -155,3 +155,40 @@ def test_a_send_no_server_listens_for_is_fail(tmp_path):
         # for lq.6 and answers no-responders, so nothing was stored.
         done = _send_alone(lc, survivor, 6, 2)
         assert done.type == FAIL and "NoStreamResponseError" in done.get("error"), done
+
+
+def test_a_connect_given_up_on_a_paused_server_closes_its_socket(tmp_path, monkeypatch):
+    """A paused server accepts the TCP connection and never sends INFO: each connect gives up,
+    and each must close the socket it opened (the process's descriptors stay as they were)."""
+    import gc
+    import os
+    import time
+
+    from logquake.systems.jetstream import client as jsclient
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def give_up() -> None:
+        c = JetStreamClient(replicas=1, op_timeout=4.0)
+        with pytest.raises(TimeoutError):
+            c.open(url)
+        c.close()
+
+    monkeypatch.setattr(jsclient, "CONNECT_TIMEOUT", 1.0)
+    with running(local_lifecycle(tmp_path, n=1)) as lc:
+        node = lc.specs[0]
+        url = f"nats://{node.address}:{node.client_port}"
+        assert lc.pause(node.name)
+        gc.disable()  # a collection must not hide a socket nobody holds any more
+        try:
+            give_up()  # the loop thread and its own descriptors, once
+            time.sleep(0.5)
+            before = fds()
+            for _ in range(5):
+                give_up()
+            time.sleep(0.5)  # a closed transport lets its socket go on the loop's next turn
+            assert fds() <= before, f"{fds() - before} descriptors more after 5 connects given up"
+        finally:
+            gc.enable()
+            lc.resume(node.name)

@@ -1,6 +1,7 @@
 """The final read is per key, against real nats-server processes: a stream that cannot
 answer (its one replica's server killed) leaves only its own key unread, and the keys whose
-streams answered read to their end.
+streams answered read to their end; a stored message that holds no value is recorded as
+`unparsed` and read past.
 
 Start servers: run under the heavy lock.
 """
@@ -11,7 +12,7 @@ import time
 
 from logquake.checker import CheckOptions, check_history
 from logquake.history import INFO, INVOKE, OK, Op
-from logquake.systems.jetstream.client import JetStreamClient, stream_name
+from logquake.systems.jetstream.client import JetStreamClient, stream_name, subject
 from logquake.workloads.client import Validated
 
 from .jskit import local_lifecycle, running, stream_leader
@@ -107,3 +108,83 @@ def test_a_final_poll_no_stream_answered_is_info(tmp_path):
             assert poll.type == INFO and "unread" not in poll.extra, poll
         finally:
             c.close()
+
+
+def test_a_message_that_holds_no_value_is_recorded_unparsed_and_read_past(tmp_path):
+    """An empty message (as an abort's left by a server that stored it) and a text one in a
+    key's stream: the reads record them as `unparsed`, read on to the end, and the check runs."""
+    import asyncio
+
+    import nats
+
+    async def publish_raw(url: str, payloads) -> None:
+        nc = await nats.connect(url.split(","))
+        try:
+            for p in payloads:
+                await nc.jetstream().publish(subject(ALIVE), p)
+        finally:
+            await nc.close()
+
+    with running(local_lifecycle(tmp_path)) as lc:
+        h = _History()
+        assert [s.type for s in _send(h, lc.bootstrap(), ALIVE, (1, 2), 3)] == [OK, OK]
+        asyncio.run(publish_raw(lc.bootstrap(), [b"", b"not a number", str(2**64).encode()]))
+        assert [s.type for s in _send(h, lc.bootstrap(), ALIVE, (3,), 3)] == [OK]
+        c = _client(lc.bootstrap())
+        try:
+            assign = h.run(c, "assign", [ALIVE], process=1, seek_to_beginning=True, final=True)
+            assert assign.get("ends") == {str(ALIVE): 7}, assign
+            poll = h.run(c, "poll", [["poll"]], process=1, final=True)
+            # A main-phase poll of a fresh position meets them alike, and is ok.
+            h.run(c, "assign", [ALIVE], process=1, seek_to_beginning=True)
+            main = h.run(c, "poll", [["poll"]], process=1)
+        finally:
+            c.close()
+        for p in (poll, main):
+            assert p.type == OK, p
+            assert p.value == [["poll", {str(ALIVE): [[1, 1], [2, 2], [6, 3]]}]], p
+            assert p.get("unparsed") == {str(ALIVE): [[3, ""], [4, "not a number"], [5, str(2**64)]]}, p
+        assert poll.get("positions") == {str(ALIVE): 7}
+        # The check reads the history to its end: the final read complete, no value lost.
+        r = check_history(list(h), CheckOptions())
+        assert r["valid"] is True, r
+        assert r["final_read"]["complete_keys"] == 1 and r["final_read"]["lost"] == 0, r["final_read"]
+
+
+def test_the_final_read_reads_every_stored_message_past_a_gap_in_bulk(tmp_path):
+    """The final read (an ordered consumer per key, `_read_key_to_end`) returns every stored
+    message once, in order, past a deleted one, and more than a main-phase poll's batch at once."""
+    import asyncio
+
+    import nats
+
+    from logquake.systems.jetstream.client import READ_BATCH
+
+    n, hole = 3 * READ_BATCH + 7, 150
+
+    async def fill(url: str) -> None:
+        nc = await nats.connect(url.split(","))
+        try:
+            js = nc.jetstream(timeout=10)
+            await js.add_stream(JetStreamClient(replicas=3, op_timeout=4.0)._stream_config(ALIVE))
+            await asyncio.gather(*[await js.publish_async(subject(ALIVE), str(v).encode()) for v in range(1, n + 1)])
+            await js.delete_msg(stream_name(ALIVE), hole)
+        finally:
+            await nc.close()
+
+    with running(local_lifecycle(tmp_path)) as lc:
+        asyncio.run(fill(lc.bootstrap()))
+        c = _client(lc.bootstrap())
+        try:
+            assign = c.invoke(_op("assign", [ALIVE, DEAD], seek_to_beginning=True, final=True))
+            assert assign.get("ends") == {str(ALIVE): n + 1, str(DEAD): 1}, assign
+            read, polls = [], 0
+            while (poll := c.invoke(_op("poll", [["poll"]], final=True))).get("positions") != {
+                    str(ALIVE): n + 1, str(DEAD): 1}:
+                assert poll.type == OK and (polls := polls + 1) < 10, poll
+                read += poll.value[0][1].get(str(ALIVE), [])
+            read += poll.value[0][1].get(str(ALIVE), [])
+        finally:
+            c.close()
+        assert read == [[v, v] for v in range(1, n + 1) if v != hole]
+        assert polls <= 1, f"{polls + 1} polls for {n} messages"

@@ -32,7 +32,10 @@ How the queue's words map onto JetStream:
   fetch, and a message is acked after an ok poll returned it (Kafka's auto-commit after
   processing). A message fetched by a poll that ends info is not acked and is delivered
   again after `ACK_WAIT_S`.
-- the final read (the drain's ops marked `final`): a final assign records each key's end
+- the final read (the drain's ops marked `final`) reads each key from this client's position
+  to the end its final assign recorded in one go, through an ordered consumer, not with a
+  get per message (`_read_key_to_end` says why and what that means); a key whose end is
+  unknown is read as an assigned poll reads it. A final assign records each key's end
   of the log as `ends`, the stream's last sequence + 1 (where the next message would go,
   as a Kafka high watermark is), read from the stream leader's StreamInfo; an empty
   stream's end is its first sequence, a stream the server does not know ends at
@@ -60,6 +63,11 @@ How the queue's words map onto JetStream:
   node). Message tracing and batched direct gets need nats-server 2.11+: on an older
   server the drain skips these reads at once and says why (`node_reads_refusal`,
   system.py); a node read that meets one anyway ends info, saying so.
+- a stored message whose payload is not an integer of 64 bits (the workload writes only
+  those; an empty message stored by a server that did not take an abort's headers as a
+  batch's, say) is no value: a poll records it beside its values as `unparsed`
+  (`{"5": [[17, ""]]}`, offset and text), with a warning, and reads on past it, so one
+  foreign message neither stops a key's read nor reaches the checker as a value.
 - crash is the runner's: it closes this client (the connection drops) and opens a new one.
   Under idempotence the worker's new client first resends each of the worker's sends that
   ended info (`resend` ops, workloads/generator.py): a publish like any other, under the
@@ -89,7 +97,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -112,9 +120,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("logquake.client.nats-py")
 
 FIRST_SEQ = 1  # a stream's first sequence
+CONNECT_TIMEOUT = 10.0  # a connect, every server tried as often as fits, gives up after this
 GROUP = "lq-group"  # the durable consumer subscribers share
 ACK_WAIT_S = 5.0  # a subscriber's unacked message is delivered again after this
-READ_BATCH = 100  # messages a poll reads per key at most
+READ_BATCH = 100  # messages a poll reads per key at most (but the final read's, `_read_key_to_end`)
+BULK_IDLE = 2.0  # the final read of a key ends its poll when its consumer delivered nothing for this long
+# A client's final read has this many keys' consumers open at once: each costs the servers a
+# consumer (created through the meta leader); all of a 100-key history at once, from every
+# worker, made the servers slower to start delivering than the reads took.
+BULK_KEYS = 32
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
 ENDS_TIMEOUT = 5.0  # a final assign asks each key's end of the log within this
 RETRY_BACKOFF = 0.1
@@ -196,6 +210,41 @@ def node_reads_refusal(version: str) -> str | None:
             f"this is {version.strip().lstrip('v') or 'unknown'}")
 
 
+async def connect(bootstrap: str, *, timeout: float = CONNECT_TIMEOUT,
+                  error_cb: Callable[[Exception], Awaitable[None]] | None = None) -> Any:
+    """A nats-py connection to any of the comma-separated nats:// URLs, reconnecting on its
+    own afterwards; TimeoutError after `timeout`, the socket of the attempt then under way closed.
+
+    nats-py's connect tries the servers until one answers (max_reconnect_attempts=-1). Cut
+    short mid-attempt (a server that accepted the TCP connection and sends no INFO: a
+    paused one), it leaves that attempt's socket open and watched by the loop, so nothing
+    would ever close it: a descriptor lost per connect given up, over a soak's pauses.
+    """
+    nc = nats.NATS()
+    try:
+        await asyncio.wait_for(nc.connect(
+            servers=bootstrap.split(","), connect_timeout=2, reconnect_time_wait=0.2,
+            max_reconnect_attempts=-1, allow_reconnect=True, ping_interval=2, max_outstanding_pings=2,
+            error_cb=error_cb or _log_error, disconnected_cb=_ignore, reconnected_cb=_ignore, closed_cb=_ignore,
+        ), timeout)
+    except BaseException:
+        await _discard(nc)
+        raise
+    return nc
+
+
+async def _discard(nc: Any) -> None:
+    """Close a connection that never completed its connect, its socket included."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.close(), 2.0)
+    # Between two attempts nats-py counts the client closed and close() returns at once;
+    # the transport (nats-py's attribute) may hold the next attempt's socket all the same.
+    transport = getattr(nc, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
+
+
 class NodeReadError(Exception):
     """A read from one node that the node did not answer itself."""
 
@@ -212,6 +261,32 @@ def server_name(url: str, timeout: float = 2.0) -> str | None:
     except (OSError, ValueError):
         return None
     return name if isinstance(name, str) and name else None
+
+
+UNPARSED_TEXT = 64  # characters of an unparsed payload kept in the history
+
+
+def parse_value(data: bytes | None) -> int | None:
+    """The workload's value a stored payload holds; None when it is not an integer of 64 bits
+    (nats-py gives an empty message's payload as None)."""
+    try:
+        v = int(data or b"")
+    except ValueError:
+        return None
+    return v if -(2**63) <= v < 2**63 else None
+
+
+def _add_read(polled: dict[str, list[list[Any]]], unparsed: dict[str, list[list[Any]]], k: int, seq: int,
+              data: bytes | None) -> None:
+    """One stored message read: a value into the poll, or its text into `unparsed`."""
+    if (v := parse_value(data)) is not None:
+        add_polled(polled, k, seq, v)
+        return
+    text = (data or b"").decode("utf-8", "backslashreplace")
+    if len(text) > UNPARSED_TEXT:
+        text = text[:UNPARSED_TEXT] + "..."
+    log.warning("%s: the message at %d is not an integer (%r): recorded as unparsed", stream_name(k), seq, text)
+    unparsed.setdefault(str(k), []).append([seq, text])
 
 
 def _status(m: Any) -> str | None:
@@ -297,6 +372,11 @@ class JetStreamClient(QueueClient):
         self._subs: dict[int, Any] = {}  # subscribe: key -> pull subscription on GROUP
         self._node: str | None = None  # the node a final read reads from, None: any
         self._not_held: set[int] = set()  # keys with no replica on that node
+        self._final_ends: dict[int, int] = {}  # the final read: each key's end, where its final assign got one
+        self._bulk = asyncio.Semaphore(BULK_KEYS)  # the final read's consumers open at once
+        self._commit = threading.Lock()  # a poll's positions move, or its op was given up: not both
+        self._op_gen = 0  # ops given up so far (`_run`)
+        self._undo: dict[int, int | None] = {}  # positions before the running op moved them
         # How long an assigned poll goes on reading before it returns what it has: short
         # enough that its last get (PUBLISH_TIMEOUT at most) still ends within op_timeout.
         self.read_budget = max(self.op_timeout - PUBLISH_TIMEOUT, self.op_timeout / 2)
@@ -308,11 +388,9 @@ class JetStreamClient(QueueClient):
         self._bootstrap = bootstrap_servers
         self._loop = _Loop()
         try:
-            self._nc = self._loop.run(nats.connect(
-                servers=bootstrap_servers.split(","), connect_timeout=2, reconnect_time_wait=0.2,
-                max_reconnect_attempts=-1, allow_reconnect=True, ping_interval=2, max_outstanding_pings=2,
-                error_cb=_log_error, disconnected_cb=_ignore, reconnected_cb=_ignore, closed_cb=_ignore,
-            ), timeout=10.0)
+            # The loop's own bound comes first, so the connect closes what it opened (`connect`).
+            self._nc = self._loop.run(connect(bootstrap_servers, timeout=CONNECT_TIMEOUT),
+                                      timeout=CONNECT_TIMEOUT + 2.0)
         except BaseException:
             self._loop.stop()
             self._loop = None
@@ -341,9 +419,21 @@ class JetStreamClient(QueueClient):
     def _run(self, op: Op, coro: Coroutine[Any, Any, Op]) -> Op:
         """Run one op's coroutine on the loop; a call with no answer in time is info."""
         assert self._loop is not None
+        with self._commit:
+            self._undo = {}
         try:
             return self._loop.run(coro, timeout=self.op_timeout + 1.0)
         except TimeoutError as e:
+            # The op may have read, or still read, before it sees the cancel: the history
+            # records none of its reads, so it moves no position (those it moved go back).
+            with self._commit:
+                self._op_gen += 1
+                for k, pos in self._undo.items():
+                    if pos is None:
+                        self.position.pop(k, None)
+                    else:
+                        self.position[k] = pos
+                self._undo = {}
             return complete(op, INFO, op.value, error=f"timeout: {e}")
 
     # -- assign / subscribe -----------------------------------------------------------
@@ -363,7 +453,7 @@ class JetStreamClient(QueueClient):
         # Positions live in this client: assigning asks nothing of the server.
         self.assigned = keys
         done = complete(op, OK, op.value)
-        self._node, self._not_held = op.get(NODE), set()
+        self._node, self._not_held, self._final_ends = op.get(NODE), set(), {}
         if op.get("final"):
             assert self._loop is not None
             ends: dict[str, int | None] = {str(k): None for k in keys}
@@ -375,6 +465,7 @@ class JetStreamClient(QueueClient):
             except TimeoutError as e:
                 log.info("ends: %s", e)
             done.extra["ends"] = ends
+            self._final_ends = {int(k): e for k, e in ends.items() if e is not None}
             if self._node is not None:
                 done.extra["not_held"] = sorted(self._not_held)
         return done
@@ -536,6 +627,7 @@ class JetStreamClient(QueueClient):
         value = [list(m) for m in op.value]
         acks: list[Any] = []  # subscribe: messages to ack once the op is ok
         unread: dict[int, BaseException] = {}  # assign: keys whose read the server did not answer
+        unparsed: dict[str, list[list[Any]]] = {}  # messages read whose payload is no value
         for i, m in enumerate(value):
             if m[0] == "send":
                 _, k, v = m
@@ -547,18 +639,19 @@ class JetStreamClient(QueueClient):
             else:
                 polled: dict[str, list[list[Any]]] = {}
                 value[i] = ["poll", polled]
-                err = await (self._fetch(polled, acks) if self.subscribed else self._read(polled, unread))
+                err = await (self._fetch(polled, unparsed, acks) if self.subscribed
+                             else self._read(polled, unparsed, unread))
                 # A final read is judged per key: what the streams that answered returned
                 # counts even where another stream did not answer (the poll says which).
                 if err is not None and not (op.get("final") and 0 < len(unread) < len(self.assigned)):
                     self._seek_back(value)
-                    return complete(op, INFO, value, error=_err_text(err))
+                    return _with_unparsed(complete(op, INFO, value, error=_err_text(err)), unparsed)
         for msg in acks:
             try:
                 await msg.ack()
             except Exception as e:  # noqa: BLE001 - unacked: delivered again, a read twice at worst
                 log.info("ack: %s", _err_text(e))
-        done = _with_attempts(complete(op, OK, value), sent, dup)
+        done = _with_unparsed(_with_attempts(complete(op, OK, value), sent, dup), unparsed)
         if op.get("final") and not self.subscribed:
             done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned
                                        if k not in unread}
@@ -720,23 +813,29 @@ class JetStreamClient(QueueClient):
         except Exception as e:  # noqa: BLE001 - creating or updating a stream stores no message
             log.info("stream %s with atomic publish: %s", stream_name(k), _err_text(e))
 
-    async def _read(self, polled: dict[str, list[list[Any]]], unread: dict[int, BaseException]) -> BaseException | None:
+    async def _read(self, polled: dict[str, list[list[Any]]], unparsed: dict[str, list[list[Any]]],
+                    unread: dict[int, BaseException]) -> BaseException | None:
         """assign: read every assigned stream onwards from this client's position; a key
         whose read failed goes to `unread` with what ended it, keeping what it read before."""
-        got: dict[int, list[tuple[int, int]]] = {k: [] for k in self.assigned}
+        got: dict[int, list[tuple[int, bytes | None]]] = {k: [] for k in self.assigned}
+        gen = self._op_gen
         deadline = asyncio.get_running_loop().time() + self.read_budget
         results = await asyncio.gather(*(self._read_key(k, got[k], deadline) for k in self.assigned),
                                        return_exceptions=True)
-        for k, res in zip(self.assigned, results, strict=True):
-            for seq, v in got[k]:
-                add_polled(polled, k, seq, v)
-                self.position[k] = seq + 1
-            if isinstance(res, BaseException):
-                unread[k] = res
+        with self._commit:
+            if gen != self._op_gen:
+                raise asyncio.CancelledError("the op was given up: its reads are not recorded")
+            for k, res in zip(self.assigned, results, strict=True):
+                for seq, data in got[k]:
+                    _add_read(polled, unparsed, k, seq, data)
+                    self._undo.setdefault(k, self.position.get(k))
+                    self.position[k] = seq + 1
+                if isinstance(res, BaseException):
+                    unread[k] = res
         return next(iter(unread.values()), None)
 
-    async def _read_key(self, k: int, got: list[tuple[int, int]], deadline: float) -> None:
-        """Append to `got` key k's messages from this client's position on, in order.
+    async def _read_key(self, k: int, got: list[tuple[int, bytes | None]], deadline: float) -> None:
+        """Append to `got` key k's messages (sequence, payload) from this client's position on, in order.
 
         One get per message: on a loaded machine a whole batch of them can outlast the op,
         and an op that times out returns nothing, so the next poll would start over from the
@@ -745,6 +844,9 @@ class JetStreamClient(QueueClient):
         may return) and the next one goes on from there."""
         if self._node is not None:
             got.extend(await self._read_key_on(k, self._node))
+            return
+        if k in self._final_ends:
+            await self._read_key_to_end(k, self._final_ends[k], got, deadline)
             return
         loop = asyncio.get_running_loop()
         seq = self.position.get(k, FIRST_SEQ)
@@ -757,24 +859,86 @@ class JetStreamClient(QueueClient):
                 if got:
                     break
                 raise
-            got.append((msg.seq, int(msg.data)))
+            got.append((msg.seq, msg.data))
             seq = msg.seq + 1
 
-    async def _read_key_on(self, k: int, node: str) -> list[tuple[int, int]]:
+    async def _read_key_to_end(self, k: int, end: int, got: list[tuple[int, bytes | None]], deadline: float) -> None:
+        """The final read of key k: its messages from this client's position up to `end`
+        (its final assign's), all of them in one go through an ordered consumer.
+
+        One get per message cost a request and its answer each: with every worker reading
+        every key, the drain of a 50k-message history took 78 s, past its 30 s. An ordered
+        consumer streams the messages (flow-controlled) and nats-py makes it over from the
+        last sequence delivered when one goes missing in flight, so no message is skipped,
+        which a plain ephemeral consumer could not promise a poll. The consumer's server
+        delivers from its own replica: one that lags delivers later, and the read goes on to
+        the leader's end; a value it returned that the quorum never held is the server's
+        anomaly, seen as any consumer would see it. Past `deadline`, or when nothing came for
+        BULK_IDLE s, the poll returns what it read and the next one goes on from there.
+        """
+        seq = self.position.get(k, FIRST_SEQ)
+        if seq >= end:
+            return
+        async with self._bulk:
+            await self._read_from_consumer(k, seq, end, got, deadline)
+
+    async def _read_from_consumer(self, k: int, seq: int, end: int, got: list[tuple[int, bytes | None]],
+                                  deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() >= deadline:
+            return
+        progress, done = asyncio.Event(), asyncio.Event()
+
+        async def on_msg(msg: Any) -> None:
+            # A callback, not next_msg: a wait_for per message cost the loop a task each.
+            if done.is_set():
+                return
+            try:
+                meta = msg.metadata
+            except Exception as e:  # noqa: BLE001 - no sequence: the read stops before it, skipping nothing
+                log.info("final read of %s: %s", stream_name(k), _err_text(e))
+                done.set()
+                return
+            got.append((meta.sequence.stream, msg.data))
+            progress.set()
+            if meta.sequence.stream + 1 >= end or meta.num_pending == 0:
+                done.set()  # at the end, or at the last message the stream held when it was sent
+
+        sub = None
+        try:
+            # Made within the poll's time too: an op over its time is given up whole (`_run`).
+            sub = await asyncio.wait_for(self._js.subscribe(
+                subject(k), stream=stream_name(k), ordered_consumer=True, cb=on_msg,
+                config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=seq)),
+                max(deadline - loop.time(), 0.1))
+            while not done.is_set() and (left := deadline - loop.time()) > 0:
+                progress.clear()
+                try:
+                    await asyncio.wait_for(progress.wait(), min(left, BULK_IDLE))
+                except TimeoutError:
+                    break
+        finally:
+            done.set()  # what arrives from here on is not this poll's
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+
+    async def _read_key_on(self, k: int, node: str) -> list[tuple[int, bytes | None]]:
         """The messages `node` itself holds at or after this client's position (one batch)."""
         if k in self._not_held:
             return []
         request = json.dumps({"seq": self.position.get(k, FIRST_SEQ), "batch": READ_BATCH}).encode()
-        got: list[tuple[int, int]] = []
+        got: list[tuple[int, bytes | None]] = []
         for m in await self._ask_node(direct_get(k), request, node, batch=True):
             status = _status(m)
             if status is None:
-                got.append((int(m.headers["Nats-Sequence"]), int(m.data)))
+                got.append((int(m.headers["Nats-Sequence"]), m.data))
             elif status not in ("204", "404"):  # end of batch; no message at or after the position
                 raise NodeReadError(f"{node}: {status} {m.headers.get('Description', '')}")
         return got
 
-    async def _fetch(self, polled: dict[str, list[list[Any]]], acks: list[Any]) -> BaseException | None:
+    async def _fetch(self, polled: dict[str, list[list[Any]]], unparsed: dict[str, list[list[Any]]],
+                     acks: list[Any]) -> BaseException | None:
         """subscribe: whatever the shared consumer of each subscribed stream delivers now."""
         keys = list(self._subs)
         results = await asyncio.gather(*(self._fetch_key(k) for k in keys), return_exceptions=True)
@@ -784,7 +948,7 @@ class JetStreamClient(QueueClient):
                 err = err or res
                 continue
             for msg in res:
-                add_polled(polled, k, msg.metadata.sequence.stream, int(msg.data))
+                _add_read(polled, unparsed, k, msg.metadata.sequence.stream, msg.data)
                 acks.append(msg)
         return err
 
@@ -833,6 +997,13 @@ def _with_attempts(done: Op, sent: _Attempts, duplicate: bool) -> Op:
         done.extra["attempts"] = sent.at
     if duplicate:
         done.extra["duplicate"] = True
+    return done
+
+
+def _with_unparsed(done: Op, unparsed: dict[str, list[list[Any]]]) -> Op:
+    """`done` with the messages its polls read that hold no value (README.md's History format)."""
+    if unparsed:
+        done.extra["unparsed"] = unparsed
     return done
 
 

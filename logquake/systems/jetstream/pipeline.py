@@ -56,12 +56,14 @@ from nats.js import api
 from logquake.guarantees import Guarantee, get_guarantee
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
 from logquake.systems.jetstream.client import (
+    CONNECT_TIMEOUT,
     FIRST_SEQ,
     PUBLISH_TIMEOUT,
     RETRY_BACKOFF,
     _err_text,
     _Loop,
     classify,
+    connect,
 )
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.pipeline import History, PipelineAdapter, paced_inputs
@@ -107,14 +109,11 @@ def result_msg_id(stream: str, seq: int) -> str:
 
 
 async def _connect(bootstrap: str) -> Any:
-    """A connection to any server of `bootstrap`, reconnecting on its own (as client.py's)."""
+    """A connection to any server of `bootstrap`, as client.py's, its errors not logged."""
     async def quiet(*_: Any) -> None:
         return None
 
-    return await nats.connect(servers=bootstrap.split(","), connect_timeout=2, reconnect_time_wait=0.2,
-                              max_reconnect_attempts=-1, allow_reconnect=True, ping_interval=2,
-                              max_outstanding_pings=2, error_cb=quiet, disconnected_cb=quiet,
-                              reconnected_cb=quiet, closed_cb=quiet)
+    return await connect(bootstrap, error_cb=quiet)
 
 
 async def publish(js: Any, subj: str, data: bytes, *, msg_id: str | None, retries: int | None,
@@ -197,7 +196,7 @@ class JetStreamPipeline:
         """Values 1..n (or until `stop`) to input key v % keys, each an `input` op (paced_inputs)."""
         self.ensure_streams(keys)
         loop = _Loop()
-        nc = loop.run(_connect(self.bootstrap), 10.0)
+        nc = loop.run(_connect(self.bootstrap), CONNECT_TIMEOUT + 2.0)
         js = nc.jetstream(timeout=PUBLISH_TIMEOUT)
 
         def send(k: int, v: int) -> int | tuple[str, str]:
@@ -304,7 +303,7 @@ class Worker:
         self.index, self.process, self.pipe, self.keys, self.hist = index, index, pipe, keys, hist
         self.profile = pipe.profile
         self._loop = _Loop()
-        self._nc = self._loop.run(_connect(pipe.bootstrap), 10.0)
+        self._nc = self._loop.run(_connect(pipe.bootstrap), CONNECT_TIMEOUT + 2.0)
         self._js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT)
         self._subs: dict[int, Any] = {}
         self._fetched_at = time.monotonic()  # when the last fetch was asked (the loop's clock)

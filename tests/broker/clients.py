@@ -8,8 +8,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 
 def confluent_produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str | int = "all",
-                      extra: dict | None = None, timeout: float = 60.0) -> tuple[list[int], list[str]]:
-    """Produce values with confluent-kafka; returns (acknowledged offsets, error strings)."""
+                      extra: dict | None = None, timeout: float = 60.0, partition: int = -1
+                      ) -> tuple[list[int], list[str]]:
+    """Produce values with confluent-kafka (to `partition`, -1: the partitioner's choice);
+    returns (acknowledged offsets, error strings)."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": str(acks), "linger.ms": 5, **(extra or {})})
     offsets: list[int] = []
     errors: list[str] = []
@@ -23,7 +25,7 @@ def confluent_produce(bootstrap: str, topic: str, values: list[bytes], *, acks: 
     for v in values:
         while True:
             try:
-                p.produce(topic, value=v, on_delivery=done)
+                p.produce(topic, value=v, partition=partition, on_delivery=done)
                 break
             except BufferError:
                 p.poll(0.1)

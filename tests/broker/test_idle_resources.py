@@ -6,10 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 from logquake.broker import LocalCluster
-from tests.broker.clients import confluent_consume
+from tests.broker.clients import confluent_consume, confluent_produce
 
 GROUPS = 200
 FD_BOUND = 90  # ~25 for sockets, logs and the interpreter, the node's open-segment cap (32), slack
@@ -26,25 +24,6 @@ def _fds_under(pid: int, root: Path) -> int:
     return n
 
 
-def _produce_to(bootstrap: str, partition: int, values: list[bytes]) -> tuple[list[int], list[str]]:
-    """acks=all to one partition of "many"; the client retries through transient errors."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    offsets: list[int] = []
-    errors: list[str] = []
-
-    def done(err, msg) -> None:  # type: ignore[no-untyped-def]
-        if err is not None:
-            errors.append(str(err))
-        else:
-            offsets.append(msg.offset())
-
-    for v in values:
-        p.produce("many", value=v, partition=partition, on_delivery=done)
-    if p.flush(60):
-        errors.append("still in flight after 60 s")
-    return offsets, errors
-
-
 def test_a_node_that_held_200_partitions_has_bounded_fds_and_reopens_on_demand(tmp_path: Path) -> None:
     with LocalCluster(n=1, base_dir=tmp_path) as c:
         c.wait_ready(timeout=60)
@@ -57,7 +36,8 @@ def test_a_node_that_held_200_partitions_has_bounded_fds_and_reopens_on_demand(t
         # The first partitions' segments were closed long ago: writing reopens them, and the
         # records survive a crash and restart (fsync policy always, acks=all).
         for part in (0, GROUPS - 1):
-            offsets, errors = _produce_to(c.bootstrap_servers, part, [b"a", b"b"])
+            offsets, errors = confluent_produce(c.bootstrap_servers, "many", [b"a", b"b"], partition=part,
+                                               extra={"enable.idempotence": True})
             assert not errors and offsets == [0, 1], (part, offsets, errors)
         c.kill(1)
         c.start(1)

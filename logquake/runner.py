@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 from logquake.config import TestConfig, save_config
 from logquake.crew import CALL_TIMEOUT, CLOSE_TIMEOUT, Crew, Pacer, Recorder, Stats, Worker
 from logquake.diagnostics import StackDumps
-from logquake.errors import LogquakeError
+from logquake.errors import HistoryFormatError, LogquakeError
 from logquake.guarantees import apply_guarantee
 from logquake.history import HistoryWriter, Op, load_history
 from logquake.results import store
@@ -138,6 +138,8 @@ def check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
     """
     try:
         return get_workload(cfg.workload).check(ops, cfg)
+    except HistoryFormatError:
+        raise  # a history checked from its file (`check --max-memory`): bad input, named by line
     except Exception as e:  # noqa: BLE001 - an analysis that raises is unknown, error attached
         log.error("checker raised:\n%s", traceback.format_exc())
         return {"valid": "unknown", "error": f"checker raised {type(e).__name__}: {e}", "anomalies": {}}

@@ -209,6 +209,22 @@ def test_cli_checks_200k_ops_from_the_file_under_a_small_limit_with_the_in_memor
     assert untimed(json.loads(stored.stdout)) == untimed(in_memory)
 
 
+def test_cli_checking_a_run_from_the_file_names_a_malformed_line(tmp_path, big):
+    """A run directory checked from the file: a malformed line is the file's error (exit 3,
+    its line number), as when the history is read whole, not a checker crash (`unknown`)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = big.read_text().splitlines(keepends=True)
+    lines[100] = lines[100].replace('"type":"ok"', '"type":"okay"').replace('"type":"invoke"', '"type":"nope"')
+    (run / "history.jsonl").write_text("".join(lines))
+    (run / "test.json").write_text(json.dumps({"workload": "queue", "txn": True, "guarantee": "exactly-once"}))
+    size = (run / "history.jsonl").stat().st_size
+    between = BASE + int((CHECK_PER_BYTE + STREAMED_CHECK_PER_BYTE) / 2 * size)
+    p = cli("check", "--max-memory", str(between), str(run))
+    assert "straight from the file" in p.stderr
+    assert p.returncode == 3 and ":101:" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_cli_report_refuses_a_history_too_large(tmp_path, big):
     run = tmp_path / "run"
     run.mkdir()

@@ -846,8 +846,15 @@ class JetStreamClient(QueueClient):
             got.extend(await self._read_key_on(k, self._node))
             return
         if k in self._final_ends:
-            await self._read_key_to_end(k, self._final_ends[k], got, deadline)
-            return
+            try:
+                await self._read_key_to_end(k, self._final_ends[k], got, deadline)
+                return
+            except (TimeoutError, nats.errors.Error) as e:
+                if got:
+                    raise  # what it read stands; the next poll goes on from there
+                # Creating the consumer goes through the meta leader, which a kill can leave
+                # unelected after the stream has its leader: the gets below need only that one.
+                log.info("final read of %s in bulk: %s; reading it by gets", stream_name(k), _err_text(e))
         loop = asyncio.get_running_loop()
         seq = self.position.get(k, FIRST_SEQ)
         while len(got) < READ_BATCH and not (got and loop.time() >= deadline):

@@ -28,14 +28,17 @@ import numpy as np
 
 from logquake.checker.queue_index import (
     INF,
+    NO_READS,
+    NO_SENDS,
     QUEUE_FS,
     SUB_FS,
-    LazyReads,
     OpReads,
     QueueIndex,
     ReadGroups,
+    StoredTxn,
     Txn,
     TxnColumns,
+    TxnTable,
     key_of,
     key_order_sorted,
 )
@@ -44,8 +47,7 @@ from logquake.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op
 
 # Shared by ops without sends / without reads (never added to): half a million empty
 # containers a 1M-op history would otherwise keep, each a fresh page touched.
-_NO_SENDS: list = []
-_NO_READS: dict = {}
+_NO_SENDS, _NO_READS = NO_SENDS, NO_READS
 _I64 = np.int64
 
 
@@ -53,9 +55,10 @@ def build_index(ops: Iterable[Op], *, slim: bool = False) -> QueueIndex:
     """Index a history (completion order, as recorded).
 
     `slim`: the ops are read for this alone, their polls' pairs views into one PairStore
-    (queue_stream.indexed_ops): each op's value is dropped once parsed into its Txn (whose
-    op then only names it), and its reads are kept as where they lie in the store
-    (LazyReads), not as a dict of views; raises NotSlim at a read that is no such view.
+    (queue_stream.indexed_ops): each op becomes a StoredTxn, its fields columns of a
+    TxnTable and its reads where they lie in the store (LazyReads when asked), not a dict
+    of views; raises NotSlim at a read that is no such view (or an index or time that is
+    not a 64-bit integer).
     Raises ValueError naming the op when some read or send does not fit the arrays (see
     the module docstring).
     """
@@ -132,9 +135,11 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
     in_flight: dict[Any, Op] = {}
     keys: dict = {}
     txns, events, writer_of, failed = ix.txns, ix.events, ix.writer_of, ix.failed_writes
-    gather = Gathered(slim=OpReads() if slim else None)
+    table = TxnTable() if slim else None
+    gather = Gathered(slim=table.reads if table is not None else None)
     client = 0
-    # Columns for txn_columns, while each op is at hand (read back later, they are cold memory).
+    # Columns for txn_columns, while each op is at hand (read back later, they are cold
+    # memory); with a table, its own are read instead of the four lists.
     c_kind: list[int] = []  # _KIND[type] + 1 if f is send
     c_time: list[int] = []
     c_inv: list[int] = []
@@ -155,17 +160,16 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
         f = op.f
         if f in QUEUE_FS:
             value = op.value if op.value is not None else (inv.value if inv is not None else None)
-            t = Txn(len(txns), op, inv, _NO_SENDS, _NO_READS)
+            t = _txn(len(txns), op, inv, table)
             _parse(t, value, keys, gather, writer_of, failed)
-            if slim:
-                _SET_VALUE(op, None)
             txns.append(t)
             events.append(t)
             c_kind.append(_KIND[typ] + (f == "send"))
-            c_time.append(op.time)
-            c_inv.append(t.inv_time)
-            c_index.append(op.index)
-            c_inv_index.append(t.inv_index)
+            if table is None:
+                c_time.append(op.time)
+                c_inv.append(t.inv_time)
+                c_index.append(op.index)
+                c_inv_index.append(t.inv_index)
             pn = proc_no.get(p)
             if pn is None:
                 pn = proc_no[p] = len(proc_no)
@@ -186,21 +190,39 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
                 value=inv.value,
                 extra={"error": "never completed"},
             )
-            t = Txn(len(txns), comp, inv, _NO_SENDS, _NO_READS)
+            t = _txn(len(txns), comp, inv, table)
             _parse(t, inv.value, keys, gather, writer_of, failed)
             txns.append(t)
             events.append(t)
             c_kind.append(_KIND[INFO] + (inv.f == "send"))
-            c_time.append(inv.time)
-            c_inv.append(inv.time)
-            c_index.append(inv.index)
-            c_inv_index.append(inv.index)
+            if table is None:
+                c_time.append(inv.time)
+                c_inv.append(inv.time)
+                c_index.append(inv.index)
+                c_inv_index.append(inv.index)
             c_proc.append(proc_no.setdefault(inv.process, len(proc_no)))
+    if table is not None:
+        c_time, c_inv, c_index, c_inv_index = table.time, table.inv_time, table.index, table.inv_index
     ix.columns = _columns(c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, proc_no)
     return gather
 
 
-_SET_VALUE = Op.__dict__["value"].__set__  # (Op is frozen: as history.py builds them)
+def _txn(tid: int, op: Op, inv: Op | None, table: TxnTable | None) -> Txn | StoredTxn:
+    """Op tid's Txn, or with a table its StoredTxn (its fields added to the table)."""
+    if table is None:
+        return Txn(tid, op, inv, _NO_SENDS, _NO_READS)
+    try:
+        table.add(op, inv)
+    except (TypeError, OverflowError):
+        raise NotSlim from None
+    return StoredTxn(tid, op.type, op.process, table)
+
+
+def _column(x: list | array, dtype: type) -> np.ndarray:
+    """A column from a list of numbers or (a copy of) an array("q")."""
+    return np.array(x, dtype=dtype) if type(x) is array else np.fromiter(x, dtype=dtype, count=len(x))
+
+
 _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
 
 
@@ -213,10 +235,10 @@ def _columns(kinds: list, times: list, invs: list, index: list, inv_index: list,
         fail=kind >> 1 == 1,
         info=kind >> 1 == 2,
         step=kind == 0,
-        time=np.fromiter(times, dtype=np.int64, count=n),
-        inv_time=np.fromiter(invs, dtype=np.int64, count=n),
-        inv_index=np.fromiter(inv_index, dtype=np.float64, count=n),
-        comp_index=np.where(kind >> 1 == 2, INF, np.fromiter(index, dtype=np.float64, count=n)),
+        time=_column(times, np.int64),
+        inv_time=_column(invs, np.int64),
+        inv_index=_column(inv_index, np.float64),
+        comp_index=np.where(kind >> 1 == 2, INF, _column(index, np.float64)),
         process=np.fromiter(procs, dtype=np.int64, count=n),
         process_no=proc_no,
     )
@@ -315,7 +337,8 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
         for k, place in new_keys:
             first_at.setdefault(k, (tid, len(reads) + place))
     t.sends = sends or _NO_SENDS
-    t.reads = _NO_READS if not reads else reads if slim is None else LazyReads(slim, tid)
+    if slim is None:  # (a StoredTxn's reads are read from its table)
+        t.reads = reads or _NO_READS
 
 
 class _NotInts(Exception):

@@ -14,6 +14,7 @@ renumbered densely, so the offsets that transaction markers take are not gaps.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,83 @@ class Txn:
     def is_node(self) -> bool:
         """Takes part in the dependency graph: it happened (ok) or may have (info)."""
         return self.type != FAIL
+
+
+class StoredTxn:
+    """A Txn of a history checked from its file (build_index(slim=True)): the same
+    attributes, with `op`, `reads`, `inv_index`, `inv_time` and `comp_index` read from its
+    TxnTable when asked. A Txn, its op and its reads' LazyReads held ~490 bytes an op;
+    this holds ~110. (A Txn is one object per op: `w is t` tells ops apart.)"""
+
+    __slots__ = ("id", "type", "process", "sends", "committed", "table")
+
+    def __init__(self, id: int, type: str, process: Any, table: TxnTable) -> None:
+        self.id = id
+        self.type = type
+        self.process = process
+        self.sends: list = NO_SENDS
+        self.committed = type == OK
+        self.table = table
+
+    @property
+    def op(self) -> Op:
+        """The completion (an info op made up for one that never completed), without its
+        value: the op only names itself in examples."""
+        tab, i = self.table, self.id
+        extra = tab.extra.get(i)
+        return Op(index=tab.index[i], time=tab.time[i], process=self.process, type=self.type,
+                  f=_FS[tab.f[i]], extra=dict(extra) if extra else {})
+
+    @property
+    def reads(self) -> Any:
+        r, i = self.table.reads, self.id
+        return LazyReads(r, i) if r.op_start[i + 1] > r.op_start[i] else NO_READS
+
+    @property
+    def inv_index(self) -> int:
+        return self.table.inv_index[self.id]
+
+    @property
+    def inv_time(self) -> int:
+        return self.table.inv_time[self.id]
+
+    @property
+    def comp_index(self) -> float:
+        return INF if self.type == INFO else self.table.index[self.id]
+
+    is_node = Txn.is_node
+
+
+_FS = ("send", "poll", "txn")
+F_CODE = {f: i for i, f in enumerate(_FS)}
+# An op's sends and reads when it has none (shared: never added to).
+NO_SENDS: list = []
+NO_READS: dict = {}
+
+
+class TxnTable:
+    """The fields of a history's StoredTxns, by op id: array("q") columns (each read as a
+    Python int, ~40 ns), f as a code of _FS, the extra fields of the ops that have any,
+    and where each op's reads lie (OpReads)."""
+
+    __slots__ = ("index", "time", "inv_index", "inv_time", "f", "extra", "reads")
+
+    def __init__(self) -> None:
+        self.index, self.time, self.inv_index, self.inv_time = array("q"), array("q"), array("q"), array("q")
+        self.f = array("b")
+        self.extra: dict[int, dict] = {}
+        self.reads = OpReads()
+
+    def add(self, op: Op, inv: Op | None) -> None:
+        """The next op id's fields (raises TypeError or OverflowError unless its index and
+        times are 64-bit integers)."""
+        self.index.append(op.index)
+        self.time.append(op.time)
+        self.inv_index.append(op.index if inv is None else inv.index)
+        self.inv_time.append(op.time if inv is None else inv.time)
+        self.f.append(F_CODE[op.f])
+        if op.extra:
+            self.extra[len(self.f) - 1] = op.extra
 
 
 def txn_name(t: Txn) -> str:

@@ -4,9 +4,10 @@ A loaded history is mostly its ops' values (micro-ops, poll maps, [offset, value
 and the index build_index makes from them keeps only a part of that: each op's sends as
 tuples and its reads. So `check_history` given a `HistoryFile` instead of a list indexes
 the ops as they are read, one at a time: each poll's pairs go into one PairStore
-(queue_pairs.py), the op's Txn keeps its sends and where its reads lie in the store (made
-into a dict of views only when asked: queue_index.LazyReads), the op gives up its value and
-an invocation is dropped once completed. The few analyses that read the ops' own fields
+(queue_pairs.py), the op becomes a StoredTxn (queue_index.py) keeping its sends, its other
+fields columns of one TxnTable with where its reads lie in the store (made into a dict of
+views only when asked: LazyReads), and the op itself, like an invocation once completed,
+is dropped. The few analyses that read the ops' own fields
 again (final_read; duplicate_cases with a dedup window and a duplicate) iterate the
 HistoryFile, which reads the file anew.
 

@@ -325,10 +325,10 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
                     first_at.setdefault(k, (tid, len(reads) - 1))
                 if slim is None:
                     lists.append(pairs)
-                elif type(pairs) is not Pairs or (slim.store is not None and pairs.data is not slim.store):
+                elif type(pairs) is not Pairs or (slim.store is not None and pairs.store is not slim.store):
                     raise NotSlim
                 else:
-                    slim.store = pairs.data
+                    slim.store = pairs.store
                     g.src.append(pairs.start)
                     g.lens.append(pairs.n)
                 g_key.append(n)
@@ -463,7 +463,8 @@ class _PerKey:
         ends = np.cumsum(lens)
         total = int(ends[-1]) if len(ends) else 0
         at = np.repeat(self.g_src[ids] - (ends - lens), lens) + np.arange(total, dtype=_I64)
-        return self.offs[at], self.vals[at], ids, lens, self.g_tid[ids]
+        # (int64 whatever the store's width: what the analyses get is the same)
+        return self.offs[at].astype(_I64, copy=False), self.vals[at].astype(_I64, copy=False), ids, lens, self.g_tid[ids]
 
     def items(self) -> Iterator[tuple[Any, tuple]]:
         for i, k in enumerate(self.keys):
@@ -481,8 +482,8 @@ def _flat_reads(lists: list, g_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
     Raises _NotInts unless every pair is [offset, value] with an offset >= 0.
     """
-    if lists and set(map(type, lists)) == {Pairs} and len(set(map(id, map(_data, lists)))) == 1:
-        flat = np.frombuffer(lists[0].data, dtype=_I64)
+    if lists and set(map(type, lists)) == {Pairs} and len(set(map(id, map(_store, lists)))) == 1:
+        flat = lists[0].store.array()
         if flat[0::2].min() < 0:
             raise _NotInts
         return flat, np.fromiter(map(_start, lists), dtype=_I64, count=len(lists))
@@ -490,13 +491,12 @@ def _flat_reads(lists: list, g_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return _flatten(lists, 2 * int(g_len.sum())), np.cumsum(g_len) - g_len
 
 
-_start, _data = attrgetter("start"), attrgetter("data")
+_start, _store = attrgetter("start"), attrgetter("store")
 
 
 def _slim_reads(g: Gathered) -> tuple[np.ndarray, np.ndarray]:
     """_flat_reads of a slim gathering: the store's array itself, where each group starts."""
-    store = g.slim.store if g.slim.store is not None else array("q")
-    flat = np.frombuffer(store, dtype=_I64)
+    flat = g.slim.store.array() if g.slim.store is not None else np.zeros(0, dtype=_I64)
     if len(flat) and flat[0::2].min() < 0:
         raise _NotInts
     return flat, np.array(g.src, dtype=_I64)

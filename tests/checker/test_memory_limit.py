@@ -8,6 +8,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,35 @@ def test_a_history_the_store_cannot_hold_is_checked_from_the_file_as_in_memory(t
     streamed, in_memory = check_history(HistoryFile(path), opts), check_history(load_history(path), opts)
     assert untimed(streamed) == untimed(in_memory)
     assert streamed["valid"] == "unknown" and "index" in streamed["analysis_errors"]
+
+
+def test_a_store_holds_int32_until_a_number_needs_more_and_its_views_follow():
+    store = PairStore()
+    a = store.take([[0, 1], [1, 2]])
+    assert store.data.typecode == "i"
+    b = store.take([[2, 2**40]])
+    assert store.data.typecode == "q" and a == [[0, 1], [1, 2]] and list(b) == [(2, 2**40)]
+    assert store.take([[0, 2**63]]) is None and len(store.data) == 6
+
+
+def _beyond_32_bits(op: Op) -> Op:
+    """op with every value sent or polled moved beyond 32 bits."""
+    big = 2**40
+
+    def mop(m: list) -> list:
+        if m[0] == "send" and len(m) > 2:
+            x = m[2]
+            return [*m[:2], [x[0], x[1] + big] if type(x) is list else x + big]
+        if m[0] == "poll" and len(m) > 1:
+            return ["poll", {k: [[o, v + big] for o, v in ps] for k, ps in m[1].items()}]
+        return m
+
+    return replace(op, value=[mop(m) for m in op.value]) if op.f in ("send", "poll", "txn") and op.value else op
+
+
+def test_a_history_with_values_beyond_32_bits_is_checked_from_the_file_as_in_memory(tmp_path):
+    path = tmp_path / "history.jsonl"
+    write_history(path, [_beyond_32_bits(op) for op in simulate(with_bug("lose-write", ops=400, txn=True))[0]])
+    opts = CheckOptions(txn=True)
+    streamed, in_memory = check_history(HistoryFile(path), opts), check_history(load_history(path), opts)
+    assert untimed(streamed) == untimed(in_memory) and "lost-write" in streamed["anomalies"]

@@ -276,6 +276,8 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
                 o, v = None, x
             place = len(sends)
             sends.append((k, v, o))
+            if slim is not None and not t.table.add_send(k, v, o):
+                raise NotSlim
             w = writer_of.get(k)
             if w is None:
                 writer_of[k] = w = {}
@@ -336,8 +338,8 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
     if new_keys:  # reads rank before sends, whatever the order of the micro-ops
         for k, place in new_keys:
             first_at.setdefault(k, (tid, len(reads) + place))
-    t.sends = sends or _NO_SENDS
-    if slim is None:  # (a StoredTxn's reads are read from its table)
+    if slim is None:  # (a StoredTxn's are read from its table)
+        t.sends = sends or _NO_SENDS
         t.reads = reads or _NO_READS
 
 

@@ -69,19 +69,31 @@ class Txn:
 
 class StoredTxn:
     """A Txn of a history checked from its file (build_index(slim=True)): the same
-    attributes, with `op`, `reads`, `inv_index`, `inv_time` and `comp_index` read from its
-    TxnTable when asked. A Txn, its op and its reads' LazyReads held ~490 bytes an op;
-    this holds ~110. (A Txn is one object per op: `w is t` tells ops apart.)"""
+    attributes, with `op`, `sends`, `reads`, `inv_index`, `inv_time` and `comp_index` read
+    from its TxnTable when asked. A Txn, its op, its sends' tuples and its reads' LazyReads
+    held ~700 bytes an op; this holds ~110. (A Txn is one object per op: `w is t` tells
+    ops apart.)"""
 
-    __slots__ = ("id", "type", "process", "sends", "committed", "table")
+    __slots__ = ("id", "type", "process", "committed", "table")
 
     def __init__(self, id: int, type: str, process: Any, table: TxnTable) -> None:
         self.id = id
         self.type = type
         self.process = process
-        self.sends: list = NO_SENDS
         self.committed = type == OK
         self.table = table
+
+    @property
+    def sends(self) -> list:
+        """[(key, value, offset or None)] in op order, as Txn.sends."""
+        tab, i = self.table, self.id
+        a = tab.s_start[i]
+        b = tab.s_start[i + 1] if i + 1 < len(tab.s_start) else len(tab.s_key)
+        if a == b:
+            return NO_SENDS
+        keys = tab.s_keys
+        return [(keys[k], v, None if o < 0 else o)
+                for k, v, o in zip(tab.s_key[a:b], tab.s_value[a:b], tab.s_offset[a:b], strict=True)]
 
     @property
     def op(self) -> Op:
@@ -122,15 +134,41 @@ NO_READS: dict = {}
 class TxnTable:
     """The fields of a history's StoredTxns, by op id: array("q") columns (each read as a
     Python int, ~40 ns), f as a code of _FS, the extra fields of the ops that have any,
-    and where each op's reads lie (OpReads)."""
+    and where each op's reads lie (OpReads). Sends, in op order, as columns of their own
+    (key number, value, offset or -1): op i's from s_start[i] on."""
 
-    __slots__ = ("index", "time", "inv_index", "inv_time", "f", "extra", "reads")
+    __slots__ = ("index", "time", "inv_index", "inv_time", "f", "extra", "reads",
+                 "s_start", "s_key", "s_value", "s_offset", "s_keys", "_s_key_no")
 
     def __init__(self) -> None:
         self.index, self.time, self.inv_index, self.inv_time = array("q"), array("q"), array("q"), array("q")
         self.f = array("b")
         self.extra: dict[int, dict] = {}
         self.reads = OpReads()
+        self.s_start, self.s_key, self.s_value, self.s_offset = array("q"), array("q"), array("q"), array("q")
+        self.s_keys: list = []  # key number -> key
+        self._s_key_no: dict = {}
+
+    def add_send(self, k: Any, v: Any, o: Any) -> bool:
+        """A send of the op added last; False (nothing added) unless its value is a 64-bit
+        integer and its offset None or one >= 0."""
+        if type(v) is not int or not (o is None or (type(o) is int and o >= 0)):
+            return False
+        try:
+            self.s_value.append(v)
+        except OverflowError:
+            return False
+        try:
+            self.s_offset.append(-1 if o is None else o)
+        except OverflowError:
+            self.s_value.pop()
+            return False
+        kn = self._s_key_no.get(k)
+        if kn is None:
+            kn = self._s_key_no[k] = len(self.s_keys)
+            self.s_keys.append(k)
+        self.s_key.append(kn)
+        return True
 
     def add(self, op: Op, inv: Op | None) -> None:
         """The next op id's fields (raises TypeError or OverflowError unless its index and
@@ -140,6 +178,7 @@ class TxnTable:
         self.inv_index.append(op.index if inv is None else inv.index)
         self.inv_time.append(op.time if inv is None else inv.time)
         self.f.append(F_CODE[op.f])
+        self.s_start.append(len(self.s_key))
         if op.extra:
             self.extra[len(self.f) - 1] = op.extra
 

@@ -32,6 +32,7 @@ from logquake.checker.queue_index import (
     NO_SENDS,
     QUEUE_FS,
     SUB_FS,
+    KeyOrders,
     OpReads,
     QueueIndex,
     ReadGroups,
@@ -370,7 +371,9 @@ def _index_arrays(ix: QueueIndex, gathered: Gathered) -> bool:
     keys = sorted(first_at, key=first_at.__getitem__)
     groups = _Groups(len(g_len_a))
     # per_key's keys are gathered.key_no's, in its order (and popped as they are placed)
-    logs = _version_orders(ix, keys, per_key, sends, committed, groups, gathered.key_no)
+    logs = _version_orders(ix, keys, per_key, sends, committed, groups, gathered.key_no, lazy=slim is not None)
+    if slim is not None:  # each key's KeyOrder made from its log when asked
+        ix.orders = KeyOrders(logs, {k: ix.orders[k] for k, log in logs.items() if log is None})
     ix.groups = ReadGroups(
         tid=g_tid_a,
         key=groups.key,
@@ -388,6 +391,11 @@ def _index_arrays(ix: QueueIndex, gathered: Gathered) -> bool:
         committed=committed,
         logs=logs,
     )
+    if slim is not None:  # the same numbers as groups.key: one array; src in 32 bits if it fits
+        if np.array_equal(slim.key, groups.key):
+            slim.key = groups.key
+        if len(g_src) and int(g_src.max()) < 2**31:
+            slim.src = g_src.astype(np.int32)
     return True
 
 
@@ -618,8 +626,11 @@ def _version_orders(
     committed: np.ndarray,
     groups: _Groups,
     key_no: dict,
+    *,
+    lazy: bool = False,
 ) -> dict:
     """ix.orders from every read and committed send; each key's reads then placed in it.
+    (`lazy`: a KeyOrder is made only for a key where an offset holds two values.)
 
     Returns each key's log as arrays (sorted offsets, the value at each), None for a key
     where an offset holds two values.
@@ -647,7 +658,7 @@ def _version_orders(
             logs[k] = None
             continue
         logs[k] = (uo, first_values)
-        ix.orders[k] = key_order_sorted(uo.tolist(), first_values.tolist(), {})
+        ix.orders[k] = None if lazy else key_order_sorted(uo.tolist(), first_values.tolist(), {})
     if mixed:
         # Each offset's values in the order first seen, op by op.
         ordered = _pairs_in_order(ix, mixed)

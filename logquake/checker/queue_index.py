@@ -15,6 +15,7 @@ renumbered densely, so the offsets that transaction markers take are not gaps.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,7 +235,7 @@ class QueueIndex:
     # key -> value -> id of the first ok op that read it (so `v in reads_ok[k]` as a set).
     reads_ok: dict[Any, dict[Any, int]] = field(default_factory=dict)
     failed_writes: dict[Any, set] = field(default_factory=dict)
-    orders: dict[Any, KeyOrder] = field(default_factory=dict)
+    orders: dict[Any, KeyOrder] | KeyOrders = field(default_factory=dict)  # (KeyOrders: slim)
     client_ops: int = 0
     # The assign/subscribe ops of `events` (ok or info), each as (number of Txns before it, op).
     subs: list[tuple[int, Op]] = field(default_factory=list)
@@ -366,6 +367,58 @@ class LazyReads:
 
     def __repr__(self) -> str:
         return f"LazyReads({self.groups.of(self.tid)!r})"
+
+
+class KeyOrders:
+    """ix.orders of a history checked from its file: each key's KeyOrder made from its log
+    (ReadGroups.logs) when asked, the last _RECENT kept. Held for every key at once they
+    were ~150 bytes a log entry (two lists, two dicts and the ints), beside the log's own
+    arrays; made again they cost ~0.2 us an entry. A key whose offsets hold two values
+    keeps its KeyOrder (made from the ops' reads: rare)."""
+
+    __slots__ = ("_logs", "_kept", "_recent")
+
+    def __init__(self, logs: dict, kept: dict) -> None:
+        self._logs = logs  # key -> (offsets, values), or None for a key of `kept`
+        self._kept = kept
+        self._recent: dict = {}
+
+    def __getitem__(self, k: Any) -> KeyOrder:
+        got = self._recent.get(k)
+        if got is not None:
+            return got
+        log = self._logs[k]
+        if log is None:
+            return self._kept[k]
+        got = key_order_sorted(log[0].tolist(), log[1].tolist(), {})
+        if len(self._recent) >= _RECENT:
+            del self._recent[next(iter(self._recent))]
+        self._recent[k] = got
+        return got
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        return self[k] if k in self._logs else default
+
+    def __contains__(self, k: Any) -> bool:
+        return k in self._logs
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def __iter__(self) -> Iterator:
+        return iter(self._logs)
+
+    def keys(self) -> Any:
+        return self._logs.keys()
+
+    def items(self) -> Iterator[tuple[Any, KeyOrder]]:
+        return ((k, self[k]) for k in self._logs)
+
+    def values(self) -> Iterator[KeyOrder]:
+        return (self[k] for k in self._logs)
+
+
+_RECENT = 256
 
 
 def txn_columns(ix: QueueIndex) -> TxnColumns:

@@ -32,7 +32,7 @@ __all__ = ["CheckPlan", "HistorySize", "history_size", "parse_size", "plan_check
 # bytes a byte; 2026-12-03 07:00); `logquake report` (no results.json) 258 MiB; rounded up a
 # little.
 CHECK_PER_BYTE = 15.0
-STREAMED_CHECK_PER_BYTE = 5.5
+STREAMED_CHECK_PER_BYTE = 3.4
 REPORT_PER_BYTE = 0.9
 BASE = 80 * 2**20  # the interpreter, numpy and the CLI's imports: a 100-op history's peak
 

@@ -25,6 +25,7 @@ from logquake.checker.memory import (
     refuse_report,
 )
 from logquake.checker.queue_build import build_index
+from logquake.checker.queue_index import _RECENT
 from logquake.checker.queue_pairs import Pairs, PairStore, joined
 from logquake.checker.queue_stream import HistoryFile, indexed_ops
 from logquake.errors import HistoryFormatError, UserError
@@ -314,3 +315,21 @@ def test_a_history_with_values_beyond_32_bits_is_checked_from_the_file_as_in_mem
     opts = CheckOptions(txn=True)
     streamed, in_memory = check_history(HistoryFile(path), opts), check_history(load_history(path), opts)
     assert untimed(streamed) == untimed(in_memory) and "lost-write" in streamed["anomalies"]
+
+
+def test_a_slim_index_makes_each_keys_order_when_asked_as_the_plain_one_holds_it(tmp_path):
+    """More keys than KeyOrders keeps (short logs: 4 writes a key), every bug planted: each
+    key's KeyOrder, asked in any order and again, equals the one the in-memory index holds."""
+    path = tmp_path / "history.jsonl"
+    ops = simulate(SimConfig(ops=3000, workers=6, active_keys=4, max_writes_per_key=4, txn=True, p_fail=0.02,
+                             p_info=0.02, bugs=frozenset(BUGS), p_bug=0.02, seed=3))[0]
+    write_history(path, ops)
+    slim, plain = build_index(indexed_ops(HistoryFile(path)), slim=True), build_index(ops)
+    assert len(plain.orders) > 2 * _RECENT and list(slim.orders) == list(plain.orders)
+    assert any(ko.conflicts for ko in plain.orders.values())  # (reuse-offset: kept, not made again)
+    for k in [*plain.orders, *reversed(plain.orders)]:
+        assert slim.orders[k] == plain.orders[k] and slim.orders.get(k) == plain.orders.get(k)
+    assert dict(slim.orders.items()) == plain.orders and slim.orders.get("none") is None
+    assert [t.sends for t in slim.txns] == [t.sends for t in plain.txns]
+    assert [(t.op, t.inv_index, t.inv_time, t.comp_index) for t in slim.txns] == [
+        (replace(t.op, value=None), t.inv_index, t.inv_time, t.comp_index) for t in plain.txns]

@@ -10,7 +10,7 @@ fit, where reading it would have ended in the kernel's OOM killer halfway throug
 
 Below the estimate for a check there is a leaner way: the check straight from the file
 (checker/queue_stream.py), which holds no list of the ops, only their index, with every
-poll's pairs in one int64 array; it takes more CPU (the pairs are decoded, then copied,
+poll's pairs in one int32 array (int64 if need be); it takes more CPU (the pairs are decoded, then copied,
 and a few analyses read the file again). `plan_check` picks it only when the plain way
 would not fit.
 """
@@ -28,8 +28,8 @@ __all__ = ["CheckPlan", "HistorySize", "history_size", "parse_size", "plan_check
 
 # Peak RSS per byte of history.jsonl beyond the process's own, measured with /usr/bin/time
 # on bench_checker's 1M-op history (214 MiB): `logquake check --txn` 3,232 MiB; checked from
-# the file (queue_stream.py) 1,140 MiB at 1M and 10,469 MiB at 10M (2,197 MiB: 4.96 and 4.73
-# bytes a byte; 2026-12-03 07:00); `logquake report` (no results.json) 258 MiB; rounded up a
+# the file (queue_stream.py) 798 MiB at 1M and 6,825 MiB at 10M (2,197 MiB: 3.36 and 3.07
+# bytes a byte; 2026-12-03 10:30; was 10,469 at 10M); `logquake report` (no results.json) 258 MiB; rounded up a
 # little.
 CHECK_PER_BYTE = 15.0
 STREAMED_CHECK_PER_BYTE = 3.4

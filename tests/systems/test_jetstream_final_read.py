@@ -188,3 +188,56 @@ def test_the_final_read_reads_every_stored_message_past_a_gap_in_bulk(tmp_path):
             c.close()
         assert read == [[v, v] for v in range(1, n + 1) if v != hole]
         assert polls <= 1, f"{polls + 1} polls for {n} messages"
+
+
+def test_a_key_whose_consumer_cannot_be_made_is_read_by_gets(tmp_path, caplog):
+    """The bulk read's ordered consumer is created through the meta leader; a get needs only
+    the stream leader. Two of three servers killed, the survivor has no meta quorum, so no
+    consumer can be made (it times out), while it still leads the one-replica stream it
+    holds and answers its info and gets: the final read reads that key by gets
+    (`_read_key`), every message once, in order, past a deleted one, over several polls."""
+    import asyncio
+    import logging
+
+    import nats
+
+    from logquake.systems.jetstream.client import READ_BATCH
+
+    n, hole = 2 * READ_BATCH + 7, 120
+
+    async def fill(url: str) -> None:
+        nc = await nats.connect(url.split(","))
+        try:
+            js = nc.jetstream(timeout=10)
+            await js.add_stream(JetStreamClient(replicas=1, op_timeout=4.0)._stream_config(ALIVE))
+            await asyncio.gather(*[await js.publish_async(subject(ALIVE), str(v).encode()) for v in range(1, n + 1)])
+            await js.delete_msg(stream_name(ALIVE), hole)
+        finally:
+            await nc.close()
+
+    with running(local_lifecycle(tmp_path)) as lc:
+        asyncio.run(fill(lc.bootstrap()))
+        survivor = stream_leader(lc, stream_name(ALIVE))
+        for s in lc.specs:
+            if s.name != survivor:
+                lc.kill(s.name)
+        spec = lc.spec(survivor)
+        # op_timeout 8: a poll's 6 s leave 4 s of gets after the consumer's 2 s timeout.
+        c = Validated(JetStreamClient(replicas=1, op_timeout=8.0))
+        c.open(f"nats://{spec.address}:{spec.client_port}")
+        try:
+            assign = c.invoke(_op("assign", [ALIVE], seek_to_beginning=True, final=True))
+            assert assign.get("ends") == {str(ALIVE): n + 1}, assign
+            read, polls = [], 0
+            with caplog.at_level(logging.INFO, logger="logquake.client.nats-py"):
+                while (polls := polls + 1) <= 10:
+                    poll = c.invoke(_op("poll", [["poll"]], final=True))
+                    assert poll.type == OK, poll
+                    read += poll.value[0][1].get(str(ALIVE), [])
+                    if poll.get("positions") == {str(ALIVE): n + 1}:
+                        break
+        finally:
+            c.close()
+        assert read == [[v, v] for v in range(1, n + 1) if v != hole]
+        assert 3 <= polls <= 10, polls  # by gets: READ_BATCH messages a poll at most
+        assert f"final read of {stream_name(ALIVE)} in bulk: TimeoutError" in caplog.text, caplog.text

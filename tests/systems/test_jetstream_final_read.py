@@ -241,3 +241,19 @@ def test_a_key_whose_consumer_cannot_be_made_is_read_by_gets(tmp_path, caplog):
         assert read == [[v, v] for v in range(1, n + 1) if v != hole]
         assert 3 <= polls <= 10, polls  # by gets: READ_BATCH messages a poll at most
         assert f"final read of {stream_name(ALIVE)} in bulk: TimeoutError" in caplog.text, caplog.text
+
+
+def test_a_delivered_sequence_is_read_from_the_reply_subject_as_nats_py_reads_it():
+    import pytest
+    from nats.aio.msg import Msg
+
+    from logquake.systems.jetstream.client import delivered_seq
+
+    for reply in ("$JS.ACK.lq-1.c.1.17.3.1700000000000000000.42",  # no domain
+                  "$JS.ACK.d.hash.lq-1.c.1.17.3.1700000000000000000.42.tok",  # domain, account
+                  "$JS.ACK.d.hash.lq-1.c.1.17.3.1700000000000000000.42"):
+        meta = Msg(None, reply=reply).metadata
+        assert delivered_seq(reply) == (meta.sequence.stream, meta.num_pending) == (17, 42)
+    for reply in ("", "_INBOX.x", "$JS.ACK.lq-1.c.1", "$JS.ACK.lq-1.c.1.x.3.1700000000000000000.42"):
+        with pytest.raises(ValueError):
+            delivered_seq(reply)

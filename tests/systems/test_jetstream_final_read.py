@@ -76,13 +76,20 @@ def test_a_stream_with_no_server_left_leaves_only_its_key_unread(tmp_path):
             # Right after a kill the server may still answer ALIVE's read "JetStream system
             # temporarily unavailable" (503): with DEAD's unanswered too, no stream answered and
             # the poll is info. The drain then polls again; so does this test.
-            while (poll := h.run(c, "poll", [["poll"]], process=1, final=True)).type == INFO:
-                assert "unread" not in poll.extra and time.monotonic() < deadline, poll
-            # What the answering stream returned, and which key went unanswered, with why.
-            assert poll.type == OK, poll
-            assert poll.value == [["poll", {str(ALIVE): [[1, 1], [2, 2], [3, 3]]}]]
-            assert poll.get("positions") == {str(ALIVE): 4}
-            assert list(poll.get("unread")) == [str(DEAD)] and poll.get("unread")[str(DEAD)], poll
+            # A poll may also return part of ALIVE (a consumer on a replica still catching up,
+            # or gets after its consumer could not be made): the next goes on from there.
+            read: list[list[int]] = []
+            poll = None
+            while poll is None or poll.get("positions") != {str(ALIVE): 4}:
+                while (poll := h.run(c, "poll", [["poll"]], process=1, final=True)).type == INFO:
+                    assert "unread" not in poll.extra and time.monotonic() < deadline, poll
+                # What the answering stream returned, and which key went unanswered, with why.
+                assert poll.type == OK, poll
+                assert list(poll.value[0][1]) in ([str(ALIVE)], []), poll
+                read += poll.value[0][1].get(str(ALIVE), [])
+                assert list(poll.get("unread")) == [str(DEAD)] and poll.get("unread")[str(DEAD)], poll
+                assert time.monotonic() < deadline, poll
+            assert read == [[1, 1], [2, 2], [3, 3]]
             # A poll of the main phase is not judged per key: it fails whole, as before.
             c.invoke(_op("assign", [DEAD, ALIVE], seek_to_beginning=True))
             assert (main := c.invoke(_op("poll", [["poll"]]))).type == INFO, main
@@ -222,8 +229,8 @@ def test_a_key_whose_consumer_cannot_be_made_is_read_by_gets(tmp_path, caplog):
             if s.name != survivor:
                 lc.kill(s.name)
         spec = lc.spec(survivor)
-        # op_timeout 8: a poll's 6 s leave 4 s of gets after the consumer's 2 s timeout.
-        c = Validated(JetStreamClient(replicas=1, op_timeout=8.0))
+        # The default op_timeout: a final poll's 5 s leave 3 s of gets after the consumer's 2 s timeout.
+        c = Validated(JetStreamClient(replicas=1, op_timeout=10.0))
         c.open(f"nats://{spec.address}:{spec.client_port}")
         try:
             assign = c.invoke(_op("assign", [ALIVE], seek_to_beginning=True, final=True))

@@ -259,10 +259,10 @@ class _Validator:
         return None
 
 
-def _parse_line(text: str) -> tuple[Op | None, str | None]:
-    """Decode one line into an op, or give the reason it is malformed."""
+def _parse_line(raw: bytes) -> tuple[Op | None, str | None]:
+    """Decode one line into an op, or give the reason it is malformed (_fast_op's slow twin)."""
     try:
-        d = _loads(text)
+        d = _loads(raw)
     except _JSONDecodeError as e:
         return None, f"not valid JSON ({e.msg} at column {e.colno})"
     if not isinstance(d, dict):
@@ -270,7 +270,7 @@ def _parse_line(text: str) -> tuple[Op | None, str | None]:
     for key in ("index", "time", "process", "type", "f"):
         if key not in d:
             return None, f"missing field {key!r}"
-    if d["type"] not in TYPES:
+    if not isinstance(d["type"], str) or d["type"] not in TYPES:  # (a list is not hashable)
         return None, f"unknown type {d['type']!r}; expected one of invoke, ok, fail, info"
     if not isinstance(d["index"], int) or isinstance(d["index"], bool):
         return None, f"index must be an integer, got {d['index']!r}"
@@ -283,14 +283,14 @@ def _parse_line(text: str) -> tuple[Op | None, str | None]:
         return None, f"f must be a string, got {d['f']!r}"
     # A negative number right after "[" can only be an offset (pairs are [offset, value]):
     # two C-level scans spare the walk over the micro-ops on every other line.
-    if "-" in text and _NEGATIVE_FIRST.search(text):
+    if b"-" in raw and _NEGATIVE_FIRST.search(raw):
         problem = offset_problem(d.get("value"))
         if problem is not None:
             return None, problem
     return _op_from_parsed(d), None
 
 
-_NEGATIVE_FIRST = re.compile(r"\[\s*-")
+_NEGATIVE_FIRST = re.compile(rb"\[\s*-")
 
 
 def offset_problem(value: Any) -> str | None:
@@ -323,30 +323,59 @@ def _negative(o: Any) -> bool:
     return isinstance(o, int) and not isinstance(o, bool) and o < 0
 
 
-# Op's slot descriptors: setting them directly builds a (frozen) Op ~3x faster than its
-# __init__, which matters when a history has millions of ops.
-_SLOTS = tuple(Op.__dict__[name].__set__ for name in CORE_FIELDS)
+class _OpSlots:
+    """An Op's memory layout without its frozen __setattr__: filled by plain attribute
+    stores (which CPython specialises), then made an Op by assigning __class__ (allowed
+    between classes of identical slots). A million ops are built ~2x faster than by Op's
+    slot descriptors' __set__, ~4x faster than by its __init__."""
+
+    __slots__ = Op.__slots__
+
+
+def _new_op(index: int, t: int, process: Process, typ: str, f: str, value: Any, extra: dict) -> Op:
+    op: Any = _OpSlots()
+    op.index = index
+    op.time = t
+    op.process = process
+    op.type = typ
+    op.f = _F_NAMES.setdefault(f, f)
+    op.value = value
+    # Most ops have no extra field: they share one empty mapping, read-only so that no
+    # writer can give them all a field (an empty dict each was 64 bytes an op).
+    op.extra = extra if extra else _NO_EXTRA
+    op.__class__ = Op
+    return op
 
 
 def _op_from_parsed(d: dict[str, Any]) -> Op:
     """Op.from_dict for a freshly decoded line: its dict becomes the op's `extra`."""
-    op = object.__new__(Op)
-    s_index, s_time, s_process, s_type, s_f, s_value = _SLOTS
-    s_index(op, d.pop("index"))
-    s_time(op, d.pop("time"))
-    s_process(op, d.pop("process"))
-    typ = d.pop("type")
-    s_type(op, _TYPE_NAMES[typ])  # (_parse_line checked it is one of TYPES)
-    f = d.pop("f")
-    s_f(op, _F_NAMES.setdefault(f, f))
-    s_value(op, d.pop("value", None))
-    # Most ops have no extra field: they share one empty mapping, read-only so that no
-    # writer can give them all a field (an empty dict each was 64 bytes an op).
-    _SET_EXTRA(op, d if d else _NO_EXTRA)
-    return op
+    typ = _TYPE_NAMES[d.pop("type")]  # (_parse_line checked it is one of TYPES)
+    return _new_op(d.pop("index"), d.pop("time"), d.pop("process"), typ, d.pop("f"), d.pop("value", None), d)
 
 
-_SET_EXTRA = Op.__dict__["extra"].__set__
+def _fast_op(raw: bytes) -> Op | None:
+    """The op of a well-formed line, or None: _parse_line then decides, and names what is
+    wrong. Accepts nothing _parse_line rejects, with fewer steps: each field is popped
+    once, a wrong shape fails a pop or a type test (bool is not `type(x) is int`)."""
+    try:
+        d = _loads(raw)
+        index = d.pop("index")
+        t = d.pop("time")
+        p = d.pop("process")
+        typ = _TYPE_NAMES[d.pop("type")]
+        f = d.pop("f")
+    except (ValueError, KeyError, TypeError, AttributeError):  # (orjson's errors are ValueErrors)
+        return None
+    if type(index) is not int or type(t) is not int or type(f) is not str:
+        return None
+    if type(p) is not int and p != NEMESIS:
+        return None
+    value = d.pop("value", None)
+    if b"-" in raw and _NEGATIVE_FIRST.search(raw) and offset_problem(value) is not None:
+        return None
+    return _new_op(index, t, p, typ, f, value, d)
+
+
 _NO_EXTRA: Any = MappingProxyType({})
 # Each op's type and f as one shared string per name, not one decoded per line (~100 bytes
 # an op, a tenth of a loaded queue op). f names are few: the workloads' operations.
@@ -363,33 +392,35 @@ def read_history(path: str | os.PathLike[str], *, validate: bool = True) -> Iter
     """
     path = Path(path)
     try:
-        fh = open(path, encoding="utf-8")  # noqa: SIM115
+        fh = open(path, "rb")  # noqa: SIM115 (bytes: orjson decodes UTF-8 itself, and faster)
     except FileNotFoundError:
         raise HistoryFormatError(str(path), 0, "the file does not exist") from None
     except IsADirectoryError:
         raise HistoryFormatError(str(path), 0, "is a directory, not a history file") from None
-    validator = _Validator() if validate else None
+    check = _Validator().check if validate else None
     with fh:
-        lineno = 0
-        for raw in fh:
-            lineno += 1
-            text = raw.strip()
-            if not text:
+        for lineno, raw in enumerate(fh, 1):
+            op = _fast_op(raw)
+            if op is None and (op := _slow_op(path, lineno, raw)) is None:
                 continue
-            op, problem = _parse_line(text)
-            if problem is not None:
-                if not raw.endswith("\n") and problem.startswith("not valid JSON"):
-                    # One line for whoever reads (the terminal, harness.log), not a Python
-                    # warning with its source line.
-                    log.warning("%s:%d: dropping a torn last line (a write cut short)", path, lineno)
-                    return
-                raise HistoryFormatError(str(path), lineno, problem)
-            assert op is not None
-            if validator is not None:
-                rule = validator.check(op)
-                if rule is not None:
-                    raise HistoryFormatError(str(path), lineno, rule)
+            if check is not None and (rule := check(op)) is not None:
+                raise HistoryFormatError(str(path), lineno, rule)
             yield op
+
+
+def _slow_op(path: Path, lineno: int, raw: bytes) -> Op | None:
+    """A line _fast_op declined: its op, None if blank or torn, or HistoryFormatError."""
+    if not raw.strip():
+        return None
+    op, problem = _parse_line(raw)
+    if problem is None:
+        return op
+    if not raw.endswith(b"\n") and problem.startswith("not valid JSON"):
+        # (the last line: it has no newline.) One line for whoever reads (the terminal,
+        # harness.log), not a Python warning with its source line.
+        log.warning("%s:%d: dropping a torn last line (a write cut short)", path, lineno)
+        return None
+    raise HistoryFormatError(str(path), lineno, problem)
 
 
 def load_history(path: str | os.PathLike[str], *, validate: bool = True) -> list[Op]:

@@ -77,7 +77,7 @@ def test_writer_assigns_dense_indices(tmp_path) -> None:
 
 def _write_lines(tmp_path, lines: list[str]) -> str:
     path = tmp_path / "history.jsonl"
-    path.write_text("".join(line + "\n" for line in lines))
+    path.write_bytes("".join(line + "\n" for line in lines).encode(errors="surrogateescape"))
     return str(path)
 
 
@@ -103,6 +103,8 @@ GOOD = [
         ('{"index": 6, "time": 7.5, "process": 2, "type": "ok", "f": "send"}', "time must be an integer"),
         ('{"index": 6, "time": 7, "process": "p2", "type": "ok", "f": "send"}', "process must be"),
         ("[1, 2, 3]", "expected a JSON object"),
+        ('{"index": 6, "time": 7, "process": 2, "type": ["ok"], "f": "send"}', "unknown type ['ok']"),
+        ('{"index": 6, "time": 7, "process": 2, "type": "ok", "f": "send", "value": "\udcff"}', "not valid JSON"),
     ],
 )
 def test_malformed_line_7_is_named(tmp_path, bad_line: str, message: str) -> None:

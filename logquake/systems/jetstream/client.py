@@ -129,6 +129,7 @@ BULK_IDLE = 2.0  # the final read of a key ends its poll when its consumer deliv
 # consumer (created through the meta leader); all of a 100-key history at once, from every
 # worker, made the servers slower to start delivering than the reads took.
 BULK_KEYS = 32
+BULK_BUDGET = 0.5  # a final poll reads in bulk for this share of op_timeout (`bulk_budget`)
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
 ENDS_TIMEOUT = 5.0  # a final assign asks each key's end of the log within this
 RETRY_BACKOFF = 0.1
@@ -266,6 +267,21 @@ def server_name(url: str, timeout: float = 2.0) -> str | None:
 UNPARSED_TEXT = 64  # characters of an unparsed payload kept in the history
 
 
+def delivered_seq(reply: str) -> tuple[int, int]:
+    """(stream sequence, messages pending) of a message a consumer delivered, from its reply
+    subject (the ack subject, `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ns>.<pending>`,
+    or with `<domain>.<account hash>.` before the stream and a token after); ValueError if it
+    is none. nats-py's `msg.metadata` also makes a datetime and three objects a message: a
+    fifth of the loop's time in the final read (py-spy, 500k messages)."""
+    t = (reply or "").split(".")
+    if t[:2] == ["$JS", "ACK"]:
+        if len(t) == 9:
+            return int(t[5]), int(t[8])
+        if len(t) >= 11:
+            return int(t[7]), int(t[10])
+    raise ValueError(f"not a JetStream delivery: reply subject {reply!r}")
+
+
 def parse_value(data: bytes | None) -> int | None:
     """The workload's value a stored payload holds; None when it is not an integer of 64 bits
     (nats-py gives an empty message's payload as None)."""
@@ -380,6 +396,11 @@ class JetStreamClient(QueueClient):
         # How long an assigned poll goes on reading before it returns what it has: short
         # enough that its last get (PUBLISH_TIMEOUT at most) still ends within op_timeout.
         self.read_budget = max(self.op_timeout - PUBLISH_TIMEOUT, self.op_timeout / 2)
+        # A final poll's, in bulk: its consumers stop at this deadline only once the loop gets
+        # to their timers, and the loop every drain worker shares falls seconds behind in a
+        # flood of deliveries (their gather ended 2.5-3.1 s past an 8 s deadline: 10 workers,
+        # 50k messages, load 8-11), so a poll overran op_timeout + 1 and all it read was lost.
+        self.bulk_budget = self.op_timeout * BULK_BUDGET
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -819,7 +840,8 @@ class JetStreamClient(QueueClient):
         whose read failed goes to `unread` with what ended it, keeping what it read before."""
         got: dict[int, list[tuple[int, bytes | None]]] = {k: [] for k in self.assigned}
         gen = self._op_gen
-        deadline = asyncio.get_running_loop().time() + self.read_budget
+        budget = self.bulk_budget if self._final_ends and self._node is None else self.read_budget
+        deadline = asyncio.get_running_loop().time() + budget
         results = await asyncio.gather(*(self._read_key(k, got[k], deadline) for k in self.assigned),
                                        return_exceptions=True)
         with self._commit:
@@ -901,14 +923,14 @@ class JetStreamClient(QueueClient):
             if done.is_set():
                 return
             try:
-                meta = msg.metadata
-            except Exception as e:  # noqa: BLE001 - no sequence: the read stops before it, skipping nothing
+                seq, pending = delivered_seq(msg.reply)
+            except ValueError as e:  # no sequence: the read stops before it, skipping nothing
                 log.info("final read of %s: %s", stream_name(k), _err_text(e))
                 done.set()
                 return
-            got.append((meta.sequence.stream, msg.data))
+            got.append((seq, msg.data))
             progress.set()
-            if meta.sequence.stream + 1 >= end or meta.num_pending == 0:
+            if seq + 1 >= end or pending == 0:
                 done.set()  # at the end, or at the last message the stream held when it was sent
 
         sub = None

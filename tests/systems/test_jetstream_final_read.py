@@ -158,29 +158,33 @@ def test_a_message_that_holds_no_value_is_recorded_unparsed_and_read_past(tmp_pa
         assert r["final_read"]["complete_keys"] == 1 and r["final_read"]["lost"] == 0, r["final_read"]
 
 
+async def _fill_alive(url: str, n: int, hole: int, *, replicas: int) -> None:
+    """ALIVE's stream holding 1..n, message `hole` deleted."""
+    import asyncio
+
+    import nats
+
+    nc = await nats.connect(url.split(","))
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(JetStreamClient(replicas=replicas, op_timeout=4.0)._stream_config(ALIVE))
+        await asyncio.gather(*[await js.publish_async(subject(ALIVE), str(v).encode()) for v in range(1, n + 1)])
+        await js.delete_msg(stream_name(ALIVE), hole)
+    finally:
+        await nc.close()
+
+
 def test_the_final_read_reads_every_stored_message_past_a_gap_in_bulk(tmp_path):
     """The final read (an ordered consumer per key, `_read_key_to_end`) returns every stored
     message once, in order, past a deleted one, and more than a main-phase poll's batch at once."""
     import asyncio
 
-    import nats
-
     from logquake.systems.jetstream.client import READ_BATCH
 
     n, hole = 3 * READ_BATCH + 7, 150
 
-    async def fill(url: str) -> None:
-        nc = await nats.connect(url.split(","))
-        try:
-            js = nc.jetstream(timeout=10)
-            await js.add_stream(JetStreamClient(replicas=3, op_timeout=4.0)._stream_config(ALIVE))
-            await asyncio.gather(*[await js.publish_async(subject(ALIVE), str(v).encode()) for v in range(1, n + 1)])
-            await js.delete_msg(stream_name(ALIVE), hole)
-        finally:
-            await nc.close()
-
     with running(local_lifecycle(tmp_path)) as lc:
-        asyncio.run(fill(lc.bootstrap()))
+        asyncio.run(_fill_alive(lc.bootstrap(), n, hole, replicas=3))
         c = _client(lc.bootstrap())
         try:
             assign = c.invoke(_op("assign", [ALIVE, DEAD], seek_to_beginning=True, final=True))
@@ -206,24 +210,12 @@ def test_a_key_whose_consumer_cannot_be_made_is_read_by_gets(tmp_path, caplog):
     import asyncio
     import logging
 
-    import nats
-
     from logquake.systems.jetstream.client import READ_BATCH
 
     n, hole = 2 * READ_BATCH + 7, 120
 
-    async def fill(url: str) -> None:
-        nc = await nats.connect(url.split(","))
-        try:
-            js = nc.jetstream(timeout=10)
-            await js.add_stream(JetStreamClient(replicas=1, op_timeout=4.0)._stream_config(ALIVE))
-            await asyncio.gather(*[await js.publish_async(subject(ALIVE), str(v).encode()) for v in range(1, n + 1)])
-            await js.delete_msg(stream_name(ALIVE), hole)
-        finally:
-            await nc.close()
-
     with running(local_lifecycle(tmp_path)) as lc:
-        asyncio.run(fill(lc.bootstrap()))
+        asyncio.run(_fill_alive(lc.bootstrap(), n, hole, replicas=1))
         survivor = stream_leader(lc, stream_name(ALIVE))
         for s in lc.specs:
             if s.name != survivor:

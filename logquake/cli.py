@@ -289,9 +289,10 @@ def serve(
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror}", hint="pick another --port") from None
     bound_host, bound_port = server.server_address[:2]
-    typer.echo(f"serving {results.absolute()} on http://{bound_host}:{bound_port}/ (Ctrl-C stops)", err=False)
-    sys.stdout.flush()
     try:
+        # Inside the try: a Ctrl-C the moment the URL shows (a script waits for that line) stops it cleanly too.
+        typer.echo(f"serving {results.absolute()} on http://{bound_host}:{bound_port}/ (Ctrl-C stops)", err=False)
+        sys.stdout.flush()
         server.serve_forever()
     except KeyboardInterrupt:
         pass

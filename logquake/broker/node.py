@@ -193,9 +193,12 @@ class Node:
                    ) -> tuple[RaftNode, Any]:
         store = open_store(self.cfg.data_dir / "groups" / name, fsync=self.cfg.effective_fsync,
                            files=self._files)
-        hs, entries = store.load()
-        raft = RaftNode(group=name, node_id=self.id, voters=voters, config=config or self.raft_cfg,
-                        rng=random.Random(self.rng.random()), hard_state=hs, entries=entries)
+        cfg = config or self.raft_cfg
+        # Only the newest payloads are loaded; Raft reads older ones back from the store.
+        hs, runs, entries = store.load(cfg.log_window_bytes)
+        raft = RaftNode(group=name, node_id=self.id, voters=voters, config=cfg,
+                        rng=random.Random(self.rng.random()), hard_state=hs, entries=entries,
+                        term_runs=runs, reader=store.read)
         return raft, store
 
     def _open_metadata(self) -> MetadataReplica:

@@ -37,6 +37,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+from logquake.broker.heap import trim_heap
 from logquake.broker.kerrors import ErrorCode
 from logquake.broker.logstats import log_stats
 from logquake.broker.metadata import (
@@ -81,6 +82,7 @@ E = ErrorCode
 PID_BLOCK = 1000
 # Active segments kept open: the most recently written logs, none idle longer than this.
 OPEN_LOGS, OPEN_LOG_IDLE_S = 32, 30.0
+HEAP_TRIM_EVERY_S = 60
 
 
 def group_name(gid: int) -> str:
@@ -121,6 +123,7 @@ class Node:
         self._meta_fast_start = True
         self._tasks: list[asyncio.Task[None]] = []
         self._writer: WriterThread | None = None  # the ready loop's writes and fsyncs
+        self._heap_mark = self._heap_trimmed_at = self._heap_trim_n = 0  # _maybe_trim_heap
         me = cfg.me
         self.transport = PeerTransport(
             node_id=self.id, host=me.host, port=me.raft_port,
@@ -460,12 +463,26 @@ class Node:
             await asyncio.sleep(1.0)
             self._gossip_leaders(list(self.partitions.values()))
             n += 1
+            self._maybe_trim_heap(n)
             if n % 5 == 0 and self.transport.frames_sent:
                 self.stats["peer_frames"] += self.transport.frames_sent
                 self.transport.frames_sent = 0
             if n % 5 == 0 and any(self.stats.values()):
                 log_stats(log, self.stats)
                 self.stats.clear()
+
+    def _maybe_trim_heap(self, n: int) -> None:
+        """Give freed heap pages back (heap.py) once writes stop for a second, and every
+        HEAP_TRIM_EVERY_S seconds under load. Not every second: the pages trimmed under a
+        bulk write are faulted back in at once, and 100 MB written took twice as long."""
+        mark = sum(g.raft.last_index for g in self.groups.values())
+        idle = mark == self._heap_mark
+        self._heap_mark = mark
+        if (idle and mark != self._heap_trimmed_at) or n - self._heap_trim_n >= HEAP_TRIM_EVERY_S:
+            self._heap_trimmed_at, self._heap_trim_n = mark, n
+            ms = int(trim_heap() * 1000)
+            self.stats["heap_trims"] += 1
+            self.stats["heap_trim_max_ms"] = max(self.stats["heap_trim_max_ms"], ms)
 
     # ---- services for the Kafka handlers ------------------------------------------------------
 

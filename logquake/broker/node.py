@@ -102,7 +102,8 @@ class Node:
         self.raft_cfg = RaftConfig(election_ticks=cfg.election_ticks, heartbeat_ticks=cfg.heartbeat_ticks,
                                    idle_heartbeat_ticks=cfg.idle_heartbeat_ticks,
                                    unclean_election=cfg.unsafe.get("election") == "unclean",
-                                   max_append_bytes=1 << 20, max_inflight=8)
+                                   max_append_bytes=1 << 20, max_inflight=8,
+                                   log_window_bytes=cfg.log_window_bytes)
         self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node
         self.groups: dict[str, PartitionReplica | MetadataReplica] = {}
         self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
@@ -201,7 +202,7 @@ class Node:
         hs, runs, entries = store.load(cfg.log_window_bytes)
         raft = RaftNode(group=name, node_id=self.id, voters=voters, config=cfg,
                         rng=random.Random(self.rng.random()), hard_state=hs, entries=entries,
-                        term_runs=runs, reader=store.read)
+                        term_runs=runs, reader=store.read, payload_reader=store.read_payloads)
         return raft, store
 
     def _open_metadata(self) -> MetadataReplica:

@@ -34,8 +34,8 @@ from logquake.broker import producer_state, txn_index
 from logquake.broker.batches import BatchInfo
 from logquake.broker.records import BatchHeader, parse_batches
 
-Loader = Callable[[int, int], Sequence[Any]]
-"""`loader(lo, hi)`: the committed Raft entries lo..hi-1 (objects with `.index` and `.data`)."""
+Loader = Callable[[int, int], Sequence[bytes]]
+"""`loader(lo, hi)`: the payloads of the committed Raft entries lo..hi-1."""
 
 __all__ = [
     "KIND_RECORDS",
@@ -158,31 +158,34 @@ class PartitionState:
         j = bisect.bisect_right(ends, before + max_bytes, i, stop)
         if j == i and first:
             j = i + 1
-        return b"".join(self.batch_views(i, j))
+        return b"".join(self.batch_bytes(i, j))
 
-    def batch_views(self, i: int, j: int) -> list[memoryview]:
+    def batch_bytes(self, i: int, j: int) -> list[bytes]:
         """The bytes of batches i..j-1. Those whose payloads were trimmed are loaded with one
         `loader` call for their whole range of entries (a fetch from offset 0 of many small
-        batches is one read, not one per batch)."""
-        views = []
+        batches is one read, not one per batch).
+
+        Copies, not memoryviews: bytes are not tracked by the garbage collector, and the
+        thousands of views a fetch of small batches made were promoted and set off full
+        collections (80-110 ms pauses in a broker, a third of a fetch from offset 0)."""
+        out: list[bytes] = []
+        starts, lengths, idx = self._starts, self._lengths, self._indexes
         kept = self._kept
         if i < kept:
             stop = min(j, kept)
-            lo = self._indexes[i]
+            lo = idx[i]
             if self.loader is None:
                 raise RuntimeError("trimmed batches read without a loader")
-            ents = self.loader(lo, self._indexes[stop - 1] + 1)
+            payloads = self.loader(lo, idx[stop - 1] + 1)
             for k in range(i, stop):
-                views.append(self._slice(ents[self._indexes[k] - lo].data, k))
+                a = 1 + starts[k]
+                out.append(payloads[idx[k] - lo][a : a + lengths[k]])
             i = stop
         pays = self._payloads
         for k in range(i, j):
-            views.append(self._slice(pays[k - kept], k))
-        return views
-
-    def _slice(self, payload: bytes, k: int) -> memoryview:
-        start = 1 + self._starts[k]
-        return memoryview(payload)[start : start + self._lengths[k]]
+            a = 1 + starts[k]
+            out.append(pays[k - kept][a : a + lengths[k]])
+        return out
 
     def trim(self) -> None:
         """Let go of the oldest payloads while more than `payload_window` bytes are held

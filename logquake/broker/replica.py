@@ -97,8 +97,8 @@ class PartitionReplica(_GroupBase):
         payload objects) and reads older batches back through the Raft log."""
         return pmod.PartitionState(payload_window=self.raft.cfg.log_window_bytes, loader=self._load_entries)
 
-    def _load_entries(self, lo: int, hi: int) -> tuple[Entry, ...]:
-        return self.raft.entries_from(lo, hi - lo)
+    def _load_entries(self, lo: int, hi: int) -> list[bytes]:
+        return self.raft.payloads(lo, hi)
 
     # ---- leader side ----------------------------------------------------------------------
 
@@ -223,7 +223,7 @@ class PartitionReplica(_GroupBase):
 
     def read_batches(self, i: int, j: int) -> list[bytes]:
         """The bytes of committed batches i..j-1 (in `state.batches`), read in one go."""
-        return [bytes(v) for v in self.state.batch_views(i, j)]
+        return [bytes(v) for v in self.state.batch_bytes(i, j)]
 
 
 class MetadataReplica(_GroupBase):

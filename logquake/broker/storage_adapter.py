@@ -32,6 +32,10 @@ class GroupStore:
         Runs on the event loop: one pread per segment the range spans."""
         return self._log.read(lo, hi, max_bytes)
 
+    def read_payloads(self, lo: int, hi: int) -> list[bytes]:
+        """Just the payloads of lo..hi-1: the Raft log's `payload_reader` (a fetch's reads)."""
+        return self._log.read_payloads(lo, hi)
+
     def append(self, entries: tuple[Entry, ...], hs: HardState | None) -> None:
         if entries:
             self._log.append(entries, sync=False)

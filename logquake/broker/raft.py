@@ -41,6 +41,10 @@ Rules this implementation keeps (Raft paper §5, thesis §9.6 for pre-vote and c
   most once. Resetting a follower's progress drops the appends to it still queued, and a
   probe is re-sent only once overdue (`resend_ticks`), not on every heartbeat answer: a
   follower resumed from a pause answers dozens at once.
+- Memory: every entry's term stays in memory (run-length, `_Log`), but only the newest
+  `log_window_bytes` of payloads; older entries, persisted and applied, are read back through
+  the shell's `reader` when a follower lags or a restart replays, one call per range (never
+  per entry), and a read cut short by its byte cap is returned as a prefix, never with a gap.
 - `RaftConfig.unclean_election` (the broker's unsafe `election: unclean`) is read at exactly
   one place, `_log_ok`: voters then ignore log freshness, so a stale node can win and truncate
   committed entries on the others. Followers then rewind (`Ready.rewind_to`) instead of
@@ -642,6 +646,8 @@ class RaftNode:
             "last_index": self.last_index,
             "last_term": self.last_term,
             "stable": self._stable,
+            "memory_bytes": self._log.mem_bytes,
+            "first_in_memory": self._log.first_in_memory,
             "committed_truncations": self.committed_truncations,
         }
         if self._role == LEADER:
@@ -651,6 +657,7 @@ class RaftNode:
                     "next": pr.next,
                     "state": "replicate" if pr.replicate else "probe",
                     "inflight": len(pr.inflight),
+                    "inflight_bytes": pr.inflight_bytes,
                     "active": pr.recent_active,
                 }
                 for p, pr in self._progress.items()

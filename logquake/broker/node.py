@@ -83,6 +83,7 @@ PID_BLOCK = 1000
 # Active segments kept open: the most recently written logs, none idle longer than this.
 OPEN_LOGS, OPEN_LOG_IDLE_S = 32, 30.0
 HEAP_TRIM_EVERY_S = 60
+IDLE_RELEASE_S = 5  # a group whose log did not grow for this long releases its payload window
 
 
 def group_name(gid: int) -> str:
@@ -125,6 +126,7 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._writer: WriterThread | None = None  # the ready loop's writes and fsyncs
         self._heap_mark = self._heap_trimmed_at = self._heap_trim_n = 0  # _maybe_trim_heap
+        self._group_marks: dict[str, tuple[int, int]] = {}  # group -> (last index, second it was seen)
         me = cfg.me
         self.transport = PeerTransport(
             node_id=self.id, host=me.host, port=me.raft_port,
@@ -464,7 +466,7 @@ class Node:
             await asyncio.sleep(1.0)
             self._gossip_leaders(list(self.partitions.values()))
             n += 1
-            self._maybe_trim_heap(n)
+            self._release_memory(n)
             if n % 5 == 0 and self.transport.frames_sent:
                 self.stats["peer_frames"] += self.transport.frames_sent
                 self.transport.frames_sent = 0
@@ -472,14 +474,30 @@ class Node:
                 log_stats(log, self.stats)
                 self.stats.clear()
 
-    def _maybe_trim_heap(self, n: int) -> None:
-        """Give freed heap pages back (heap.py) once writes stop for a second, and every
-        HEAP_TRIM_EVERY_S seconds under load. Not every second: the pages trimmed under a
-        bulk write are faulted back in at once, and 100 MB written took twice as long."""
+    def _release_memory(self, n: int) -> None:
+        """Groups whose log has not grown for IDLE_RELEASE_S let go of the payloads they keep
+        in memory for fetches and followers (read back from disk if asked for again); then
+        the heap gives freed pages back. A run that writes each key to its own topic and moves
+        on leaves its partitions idle: a window each would be most of what was written."""
+        released = False
+        marks = self._group_marks
+        for g in self.groups.values():
+            last = g.raft.last_index
+            seen = marks.get(g.name)
+            if seen is None or seen[0] != last:
+                marks[g.name] = (last, n)
+            elif n - seen[1] >= IDLE_RELEASE_S:
+                released = g.release_memory() or released
+        self._maybe_trim_heap(n, force=released)
+
+    def _maybe_trim_heap(self, n: int, *, force: bool = False) -> None:
+        """Give freed heap pages back (heap.py) once writes stop for a second or memory was
+        released, and every HEAP_TRIM_EVERY_S seconds under load. Not every second: the pages
+        trimmed under a bulk write are faulted back in at once (100 MB took twice as long)."""
         mark = sum(g.raft.last_index for g in self.groups.values())
         idle = mark == self._heap_mark
         self._heap_mark = mark
-        if (idle and mark != self._heap_trimmed_at) or n - self._heap_trim_n >= HEAP_TRIM_EVERY_S:
+        if force or (idle and mark != self._heap_trimmed_at) or n - self._heap_trim_n >= HEAP_TRIM_EVERY_S:
             self._heap_trimmed_at, self._heap_trim_n = mark, n
             ms = int(trim_heap() * 1000)
             self.stats["heap_trims"] += 1

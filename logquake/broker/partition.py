@@ -187,11 +187,15 @@ class PartitionState:
             out.append(pays[k - kept][a : a + lengths[k]])
         return out
 
-    def trim(self) -> None:
-        """Let go of the oldest payloads while more than `payload_window` bytes are held
-        (only once a quarter over it, so the list is cut rarely and in big pieces)."""
-        window = self.payload_window
-        if window is None or self.payload_bytes <= window + (window >> 2):
+    def trim(self, window: int | None = None) -> None:
+        """Let go of the oldest payloads while more than `window` (default `payload_window`)
+        bytes are held, only once a quarter over it, so the list is cut rarely and in big
+        pieces. Nothing when this state keeps every payload (no `payload_window`)."""
+        if self.payload_window is None:
+            return
+        if window is None:
+            window = self.payload_window
+        if self.payload_bytes <= window + (window >> 2):
             return
         pays, idx = self._payloads, self._indexes
         kept, n = self._kept, len(self._bases)

@@ -624,6 +624,13 @@ class RaftNode:
         hi = self._log.last + 1 if max_entries is None else lo + max_entries
         return self._log.slice(lo, hi, max_bytes)
 
+    def release_memory(self) -> int:
+        """Drop from memory every payload that is persisted and applied (the shell's call for
+        an idle group); returns the bytes let go. Without a reader nothing can be dropped."""
+        before = self._log.mem_bytes
+        self._log.trim(min(self._stable, self._applied), 0)
+        return before - self._log.mem_bytes
+
     def payloads(self, lo: int, hi: int) -> list[bytes]:
         """The payloads of entries lo..hi-1 (clamped to the log), read in one go per range."""
         return self._log.payloads(max(lo, 1), min(hi, self._log.last + 1))

@@ -68,6 +68,10 @@ class _GroupBase:
     def name(self) -> str:
         return self.raft.group
 
+    def release_memory(self) -> bool:
+        """Let go of every payload held that can be read back (an idle group); True if any."""
+        return self.raft.release_memory() > 0
+
     def leadership_changed(self) -> bool:
         r = self.raft
         if r.leadership_version == self.seen_version:
@@ -91,6 +95,11 @@ class PartitionReplica(_GroupBase):
         self._waiters: dict[int, _Waiter] = {}
         self._persist_waiters: list[_Waiter] = []
         self._hw_waiters: list[asyncio.Future[None]] = []
+
+    def release_memory(self) -> bool:
+        held = self.state.payload_bytes
+        self.state.trim(0)
+        return super().release_memory() or self.state.payload_bytes < held
 
     def _new_state(self) -> pmod.PartitionState:
         """An empty state that holds the same payload window as the Raft log (they share the

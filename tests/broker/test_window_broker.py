@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from logquake.broker.localcluster import free_ports
-from logquake.broker.node import Node
+from logquake.broker.node import IDLE_RELEASE_S, Node
 from logquake.broker.nodeconfig import NodeAddress, NodeConfig
 
 WINDOW = 1 << 20
@@ -157,6 +157,11 @@ def test_memory_stays_within_the_window_and_old_offsets_read_back(tmp_path: Path
         c.start(3)  # catches up, and all three settle
         for i, (raft_bytes, partition_bytes) in c.held(n).items():
             assert raft_bytes <= BOUND and partition_bytes <= BOUND, (i, raft_bytes, partition_bytes)
+        assert consume_all(c.bootstrap, "w", n) == list(range(n))
+        # At rest (no writes for IDLE_RELEASE_S) a node holds no payloads at all, however much
+        # was written, and reads still come back whole from disk.
+        c.wait(lambda: all(r.raft.memory_bytes == r.state.payload_bytes == 0 for r in c.replicas().values()),
+               IDLE_RELEASE_S + 5, "idle replicas to release their windows")
         assert consume_all(c.bootstrap, "w", n) == list(range(n))
         c.stop(c.call(lambda: next(i for i, r in c.replicas().items() if r.is_ready_leader)))
         # Whichever node leads now, node 3 among the candidates, serves the same log.

@@ -20,7 +20,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from logquake.broker import partition as pmod
 from logquake.broker.metadata import PartitionInfo
 from logquake.broker.raft import Entry, HardState, RaftConfig, RaftNode
-from logquake.broker.raftsim import Sim, heal_and_commit, run_many, run_schedule
+from logquake.broker.raftsim import Sim, heal_and_commit, run_many, run_schedule, unsafe
 from logquake.broker.records import batches_span, parse_batches, rewrite_batches
 from logquake.broker.replica import PartitionReplica
 from logquake.broker.storage import OpenFiles, SegmentLog
@@ -286,6 +286,13 @@ def test_random_schedules_with_a_tiny_window(name: str, window: int) -> None:
     assert_safe(results)
     assert sum(r.reads for r in results) > len(results)  # followers and restarts did read back
     assert sum(r.committed for r in results) > 10 * len(results)
+
+
+def test_unclean_elections_truncate_below_the_window_and_the_oracle_still_sees_the_loss() -> None:
+    # With window 0 a truncation of committed entries cuts into what was only on disk.
+    results = run_many(range(60), config=unsafe(RaftConfig(log_window_bytes=0)))
+    assert sum(r.committed_truncations for r in results) > 0
+    assert any("committed entry" in v for r in results for v in r.violations)
 
 
 def test_disk_backed_schedules_with_a_tiny_window(tmp_path: Path) -> None:

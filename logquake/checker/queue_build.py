@@ -147,6 +147,7 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
     c_kind = array("b")  # _KIND[type] + 1 if f is send
     c_time, c_inv, c_index, c_inv_index = array("q"), array("q"), array("q"), array("q")  # (index: the completion's)
     c_proc = array("q")  # numbered in order of appearance
+    c_sends = array("q")  # its number of sends (with a table: its own s_start says)
     proc_no: dict[Any, int] = {}
     for op in ops:
         p = op.process
@@ -171,6 +172,7 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
                 c_inv.append(t.inv_time)
                 c_index.append(op.index)
                 c_inv_index.append(t.inv_index)
+                c_sends.append(len(t.sends))
             pn = proc_no.get(p)
             if pn is None:
                 pn = proc_no[p] = len(proc_no)
@@ -201,10 +203,12 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
                 c_inv.append(inv.time)
                 c_index.append(inv.index)
                 c_inv_index.append(inv.index)
+                c_sends.append(len(t.sends))
             c_proc.append(proc_no.setdefault(inv.process, len(proc_no)))
     if table is not None:
         c_time, c_inv, c_index, c_inv_index = table.time, table.inv_time, table.index, table.inv_index
-    ix.columns = _columns(c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, proc_no)
+        c_sends = np.diff(np.append(np.array(table.s_start, dtype=_I64), len(table.s_key)))
+    ix.columns = _columns(c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, c_sends, proc_no)
     return gather
 
 
@@ -228,7 +232,7 @@ _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
 
 
 def _columns(kinds: array, times: array, invs: array, index: array, inv_index: array, procs: array,
-             proc_no: dict) -> TxnColumns:
+             sends: array | np.ndarray, proc_no: dict) -> TxnColumns:
     """The TxnColumns from the arrays _gather filled."""
     kind = np.array(kinds, dtype=np.int8)
     return TxnColumns(
@@ -241,6 +245,7 @@ def _columns(kinds: array, times: array, invs: array, index: array, inv_index: a
         inv_index=_column(inv_index, np.float64),
         comp_index=np.where(kind >> 1 == 2, INF, _column(index, np.float64)),
         process=np.array(procs, dtype=np.int64),
+        sends=np.array(sends, dtype=np.int64),
         process_no=proc_no,
     )
 

@@ -262,6 +262,7 @@ class TxnColumns:
     inv_index: np.ndarray  # Txn.inv_index, as floats
     comp_index: np.ndarray  # Txn.comp_index (inf for info ops), as floats
     process: np.ndarray  # dense numbers (0, 1, ...), in order of first appearance
+    sends: np.ndarray  # len(Txn.sends): its send micro-ops, whatever became of the op
     process_no: dict  # process -> its number
 
 @dataclass(frozen=True, slots=True)

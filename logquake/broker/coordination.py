@@ -38,6 +38,7 @@ __all__ = [
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_STATE_TOPIC = "__transaction_state"
+_FOLD_CHUNK = 1024  # batches folded per read: those out of the payload window come in one read each
 OFFSETS_PARTITIONS = 3  # for both topics; Kafka has 50, but every partition here is a Raft group
 COORDINATOR_TOPICS = {0: OFFSETS_TOPIC, 1: TXN_STATE_TOPIC}  # FindCoordinator key type -> topic
 
@@ -95,13 +96,11 @@ class FoldedShard(Generic[S]):
         st = self.rep.state
         i = st.locate(self.applied)
         while i < len(st.batches):
-            ref = st.batches[i]
-            data = self.rep.read(ref)
-            if not data:
-                break  # not readable here (yet): fold it on the next request
-            self.state = self._fold(self.state, data)
-            self.applied = ref.last_offset + 1
-            i += 1
+            j = min(len(st.batches), i + _FOLD_CHUNK)  # older batches are read back a chunk at a time
+            for k, data in enumerate(self.rep.read_batches(i, j), i):
+                self.state = self._fold(self.state, data)
+                self.applied = st.batches[k].last_offset + 1
+            i = j
 
     @property
     def current(self) -> bool:

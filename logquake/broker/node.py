@@ -37,6 +37,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+from logquake.broker.heap import trim_heap
 from logquake.broker.kerrors import ErrorCode
 from logquake.broker.logstats import log_stats
 from logquake.broker.metadata import (
@@ -81,6 +82,8 @@ E = ErrorCode
 PID_BLOCK = 1000
 # Active segments kept open: the most recently written logs, none idle longer than this.
 OPEN_LOGS, OPEN_LOG_IDLE_S = 32, 30.0
+HEAP_TRIM_EVERY_S = 60
+IDLE_RELEASE_S = 5  # a group whose log did not grow for this long releases its payload window
 
 
 def group_name(gid: int) -> str:
@@ -100,7 +103,8 @@ class Node:
         self.raft_cfg = RaftConfig(election_ticks=cfg.election_ticks, heartbeat_ticks=cfg.heartbeat_ticks,
                                    idle_heartbeat_ticks=cfg.idle_heartbeat_ticks,
                                    unclean_election=cfg.unsafe.get("election") == "unclean",
-                                   max_append_bytes=1 << 20, max_inflight=8)
+                                   max_append_bytes=1 << 20, max_inflight=8,
+                                   log_window_bytes=cfg.log_window_bytes)
         self.partitions: dict[int, PartitionReplica] = {}  # group id -> replica on this node
         self.groups: dict[str, PartitionReplica | MetadataReplica] = {}
         self.leaders: dict[int, tuple[int, int]] = {}  # group id -> (term, leader) as gossiped
@@ -121,6 +125,8 @@ class Node:
         self._meta_fast_start = True
         self._tasks: list[asyncio.Task[None]] = []
         self._writer: WriterThread | None = None  # the ready loop's writes and fsyncs
+        self._heap_mark = self._heap_trimmed_at = self._heap_trim_n = 0  # _maybe_trim_heap
+        self._group_marks: dict[str, tuple[int, int]] = {}  # group -> (last index, second it was seen)
         me = cfg.me
         self.transport = PeerTransport(
             node_id=self.id, host=me.host, port=me.raft_port,
@@ -193,9 +199,12 @@ class Node:
                    ) -> tuple[RaftNode, Any]:
         store = open_store(self.cfg.data_dir / "groups" / name, fsync=self.cfg.effective_fsync,
                            files=self._files)
-        hs, entries = store.load()
-        raft = RaftNode(group=name, node_id=self.id, voters=voters, config=config or self.raft_cfg,
-                        rng=random.Random(self.rng.random()), hard_state=hs, entries=entries)
+        cfg = config or self.raft_cfg
+        # Only the newest payloads are loaded; Raft reads older ones back from the store.
+        hs, runs, entries = store.load(cfg.log_window_bytes)
+        raft = RaftNode(group=name, node_id=self.id, voters=voters, config=cfg,
+                        rng=random.Random(self.rng.random()), hard_state=hs, entries=entries,
+                        term_runs=runs, reader=store.read, payload_reader=store.read_payloads)
         return raft, store
 
     def _open_metadata(self) -> MetadataReplica:
@@ -457,12 +466,42 @@ class Node:
             await asyncio.sleep(1.0)
             self._gossip_leaders(list(self.partitions.values()))
             n += 1
+            self._release_memory(n)
             if n % 5 == 0 and self.transport.frames_sent:
                 self.stats["peer_frames"] += self.transport.frames_sent
                 self.transport.frames_sent = 0
             if n % 5 == 0 and any(self.stats.values()):
                 log_stats(log, self.stats)
                 self.stats.clear()
+
+    def _release_memory(self, n: int) -> None:
+        """Groups whose log has not grown for IDLE_RELEASE_S let go of the payloads they keep
+        in memory for fetches and followers (read back from disk if asked for again); then
+        the heap gives freed pages back. A run that writes each key to its own topic and moves
+        on leaves its partitions idle: a window each would be most of what was written."""
+        released = False
+        marks = self._group_marks
+        for g in self.groups.values():
+            last = g.raft.last_index
+            seen = marks.get(g.name)
+            if seen is None or seen[0] != last:
+                marks[g.name] = (last, n)
+            elif n - seen[1] >= IDLE_RELEASE_S:
+                released = g.release_memory() or released
+        self._maybe_trim_heap(n, force=released)
+
+    def _maybe_trim_heap(self, n: int, *, force: bool = False) -> None:
+        """Give freed heap pages back (heap.py) once writes stop for a second or memory was
+        released, and every HEAP_TRIM_EVERY_S seconds under load. Not every second: the pages
+        trimmed under a bulk write are faulted back in at once (100 MB took twice as long)."""
+        mark = sum(g.raft.last_index for g in self.groups.values())
+        idle = mark == self._heap_mark
+        self._heap_mark = mark
+        if force or (idle and mark != self._heap_trimmed_at) or n - self._heap_trim_n >= HEAP_TRIM_EVERY_S:
+            self._heap_trimmed_at, self._heap_trim_n = mark, n
+            ms = int(trim_heap() * 1000)
+            self.stats["heap_trims"] += 1
+            self.stats["heap_trim_max_ms"] = max(self.stats["heap_trim_max_ms"], ms)
 
     # ---- services for the Kafka handlers ------------------------------------------------------
 

@@ -18,6 +18,8 @@ Keys (see /work/notes/interfaces.md):
     heartbeat_ticks             ticks between leader heartbeats                    (2)
     idle_heartbeat_ticks        ... of a group idle for election_ticks             (10)
     max_frame_bytes             largest Kafka request accepted                     (104857600)
+    log_window_bytes            entry payloads a group keeps in memory; older ones (4194304)
+                                are read back from its segments when needed
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class NodeConfig:
     heartbeat_ticks: int = 2
     idle_heartbeat_ticks: int = 10
     max_frame_bytes: int = 100 * 1024 * 1024
+    log_window_bytes: int = 4 << 20
 
     @property
     def me(self) -> NodeAddress:
@@ -148,7 +151,7 @@ def _port(item: dict[str, Any], key: str, sub: str) -> int:
 
 _KNOWN = {"node_id", "data_dir", "log_file", "fsync", "fsync_interval_ms", "default_partitions",
           "default_replication_factor", "auto_create_topics", "unsafe", "nodes", "tick_ms",
-          "election_ticks", "heartbeat_ticks", "idle_heartbeat_ticks", "max_frame_bytes"}
+          "election_ticks", "heartbeat_ticks", "idle_heartbeat_ticks", "max_frame_bytes", "log_window_bytes"}
 
 
 def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
@@ -184,6 +187,7 @@ def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
         heartbeat_ticks=heartbeat,
         idle_heartbeat_ticks=_idle_heartbeat(raw, heartbeat, election),
         max_frame_bytes=_int(raw, "max_frame_bytes", 100 * 1024 * 1024, lo=1024, hi=2**31 - 1),
+        log_window_bytes=_int(raw, "log_window_bytes", 4 << 20, lo=0, hi=2**40),
     )
 
 

@@ -41,6 +41,10 @@ Rules this implementation keeps (Raft paper §5, thesis §9.6 for pre-vote and c
   most once. Resetting a follower's progress drops the appends to it still queued, and a
   probe is re-sent only once overdue (`resend_ticks`), not on every heartbeat answer: a
   follower resumed from a pause answers dozens at once.
+- Memory: every entry's term stays in memory (run-length, `_Log`), but only the newest
+  `log_window_bytes` of payloads; older entries, persisted and applied, are read back through
+  the shell's `reader` when a follower lags or a restart replays, one call per range (never
+  per entry), and a read cut short by its byte cap is returned as a prefix, never with a gap.
 - `RaftConfig.unclean_election` (the broker's unsafe `election: unclean`) is read at exactly
   one place, `_log_ok`: voters then ignore log freshness, so a stale node can win and truncate
   committed entries on the others. Followers then rewind (`Ready.rewind_to`) instead of
@@ -52,9 +56,9 @@ from __future__ import annotations
 import dataclasses
 import random
 import struct
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -208,6 +212,12 @@ class RaftConfig:
         unclean_election: UNSAFE (`election: unclean`): voters ignore log freshness.
         max_append_entries / max_append_bytes: cap on one append message.
         max_inflight: appends in flight per follower before the leader waits for acks.
+        max_inflight_bytes: ... and the entry bytes they may carry: a lagging follower does
+            not make the leader hold (and the network buffer) more than this in appends.
+        log_window_bytes: entry payloads kept in memory, newest first; older ones (always
+            persisted and applied) are read back through the node's `reader` when needed
+            (a lagging follower, a restart's replay). Terms of every entry stay in memory.
+            Without a reader the whole log stays in memory.
         resend_ticks: an append (or probe) unacked while a heartbeat sent this many ticks
             later came back is presumed lost; the leader then probes again.
         commit_heartbeats: a leader whose commit index advances tells every follower at once
@@ -224,6 +234,8 @@ class RaftConfig:
     max_append_entries: int = 256
     max_append_bytes: int = 4 << 20
     max_inflight: int = 64
+    max_inflight_bytes: int = 32 << 20
+    log_window_bytes: int = 4 << 20
     resend_ticks: int = 3
     commit_heartbeats: bool = False
 
@@ -239,6 +251,10 @@ class RaftConfig:
             )
         if self.max_append_entries < 1 or self.max_inflight < 1 or self.max_append_bytes < 1:
             raise ValueError("max_append_entries, max_append_bytes and max_inflight must be >= 1")
+        if self.max_inflight_bytes < 1:
+            raise ValueError(f"max_inflight_bytes must be >= 1, got {self.max_inflight_bytes}")
+        if self.log_window_bytes < 0:
+            raise ValueError(f"log_window_bytes must be >= 0, got {self.log_window_bytes}")
         if self.resend_ticks < 1:
             raise ValueError(f"resend_ticks must be >= 1, got {self.resend_ticks}")
 
@@ -246,7 +262,8 @@ class RaftConfig:
 class _Progress:
     """The leader's view of one follower (etcd's tracker.Progress, reduced)."""
 
-    __slots__ = ("match", "next", "replicate", "probe_sent", "probe_tick", "inflight", "recent_active")
+    __slots__ = ("match", "next", "replicate", "probe_sent", "probe_tick", "inflight", "inflight_bytes",
+                 "recent_active")
 
     def __init__(self, next_index: int) -> None:
         self.match = 0
@@ -254,20 +271,212 @@ class _Progress:
         self.replicate = False  # False: probe one append at a time; True: pipeline
         self.probe_sent = False
         self.probe_tick = 0  # the leader tick the last probe went out
-        self.inflight: deque[tuple[int, int]] = deque()  # (last index sent, leader tick)
+        self.inflight: deque[tuple[int, int, int]] = deque()  # (last index sent, leader tick, bytes)
+        self.inflight_bytes = 0
         self.recent_active = True
 
     def become_probe(self) -> None:
         self.replicate = False
         self.probe_sent = False
         self.inflight.clear()
+        self.inflight_bytes = 0
         self.next = self.match + 1
 
     def become_replicate(self) -> None:
         self.replicate = True
         self.probe_sent = False
         self.inflight.clear()
+        self.inflight_bytes = 0
         self.next = self.match + 1
+
+
+Reader = Callable[[int, int, int | None], Sequence[Entry]]
+"""`reader(lo, hi, max_bytes)`: the persisted entries lo..hi-1, all of them or, when
+`max_bytes` is not None, a prefix of at least one entry whose payloads reach `max_bytes`.
+Called only for entries this node has persisted, and for a whole range at once."""
+
+PayloadReader = Callable[[int, int], Sequence[bytes]]
+"""`payload_reader(lo, hi)`: just the payloads of persisted entries lo..hi-1 (a fetch's
+read needs no terms, and making an Entry per record cost a fetch of small batches 5x)."""
+
+
+class _Log:
+    """The Raft log: every entry's term in memory, payloads only for the newest entries.
+
+    Terms are run-length encoded (`_starts[k]` is the first index of term `_terms[k]`; terms
+    only grow along a log), so `term_at` and the conflict search never touch payloads and
+    cost memory per term, not per entry. Entries from `_first` on are held in `_mem`; the
+    older ones were persisted and are read back through `reader`, one call per range."""
+
+    __slots__ = ("_starts", "_terms", "last", "_mem", "_first", "mem_bytes", "_reader", "_payload_reader")
+
+    def __init__(self, entries: Sequence[Entry], runs: Sequence[tuple[int, int]], reader: Reader | None,
+                 payload_reader: PayloadReader | None = None) -> None:
+        mem = list(entries)
+        if mem and (mem[-1].index - mem[0].index != len(mem) - 1):
+            raise ValueError("entries must be contiguous")
+        first = mem[0].index if mem else 1
+        if mem and first > 1 and (reader is None or not runs or runs[0][0] != 1):
+            raise ValueError("entries must start at index 1 unless term runs from 1 and a reader are given")
+        if not mem and runs:
+            raise ValueError("a log with term runs needs at least its last entry in memory")
+        self._starts: list[int] = []
+        self._terms: list[int] = []
+        for start, term in runs:
+            if start >= first:
+                break
+            if self._terms and term <= self._terms[-1]:
+                raise ValueError(f"term runs must grow: {term} after {self._terms[-1]}")
+            self._starts.append(start)
+            self._terms.append(term)
+        self._first = first  # index of _mem[0] (last + 1 when _mem is empty)
+        self._mem: list[Entry] = []
+        self.mem_bytes = 0
+        self.last = first - 1
+        self._reader = reader
+        self._payload_reader = payload_reader
+        self.append(mem)
+
+    @property
+    def first_in_memory(self) -> int:
+        return self._first
+
+    @property
+    def last_term(self) -> int:
+        return self._terms[-1] if self._terms else 0
+
+    def term_at(self, index: int) -> int | None:
+        if index > self.last or index < 0:
+            return None
+        if index == 0:
+            return 0
+        starts = self._starts
+        if index >= starts[-1]:
+            return self._terms[-1]
+        return self._terms[bisect_right(starts, index) - 1]
+
+    def find_conflict_by_term(self, index: int, term: int) -> int:
+        """The largest index <= `index` (<= last) whose term is <= `term`."""
+        k = bisect_right(self._terms, term)  # the runs of terms <= `term`
+        if k == 0 or index <= 0:
+            return 0
+        end = self._starts[k] - 1 if k < len(self._starts) else self.last
+        return min(index, end)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Add `entries`, which continue the log at `last + 1`."""
+        if not entries:
+            return
+        terms = self._terms
+        mem = self._mem
+        size = self.mem_bytes
+        for e in entries:
+            if not terms or e.term != terms[-1]:
+                self._starts.append(e.index)
+                terms.append(e.term)
+            size += len(e.data)
+        mem.extend(entries)
+        self.mem_bytes = size
+        self.last = entries[-1].index
+
+    def append_one(self, e: Entry) -> None:
+        if not self._terms or e.term != self._terms[-1]:
+            self._starts.append(e.index)
+            self._terms.append(e.term)
+        self._mem.append(e)
+        self.mem_bytes += len(e.data)
+        self.last = e.index
+
+    def truncate(self, index: int) -> None:
+        """Drop the entries from `index` on."""
+        if index > self.last:
+            return
+        k = index - self._first
+        if k > 0:
+            dropped = self._mem[k:]
+            del self._mem[k:]
+            self.mem_bytes -= sum(len(e.data) for e in dropped)
+        else:  # below the window (only after an unclean election)
+            self._mem = []
+            self.mem_bytes = 0
+            self._first = index
+        j = bisect_left(self._starts, index)
+        del self._starts[j:]
+        del self._terms[j:]
+        self.last = index - 1
+
+    def slice(self, lo: int, hi: int, max_bytes: int | None = None) -> tuple[Entry, ...]:
+        """Entries lo..hi-1 (clamped to the log), or with `max_bytes` a prefix of at least one
+        entry whose payloads just reach it. Entries below the window are read back in one
+        call; if that read stops short (its byte cap), the prefix ends there: never a gap."""
+        lo = max(lo, 1)
+        hi = min(hi, self.last + 1)
+        if lo >= hi:
+            return ()
+        first = self._first
+        if lo >= first:
+            mem = self._mem
+            if max_bytes is None:
+                return tuple(mem[lo - first : hi - first])
+            return _prefix(mem, lo - first, hi - first, max_bytes)
+        if self._reader is None:
+            raise RuntimeError(f"entries below {first} are not in memory and there is no reader")
+        stop = min(hi, first)
+        old = tuple(self._reader(lo, stop, max_bytes))
+        if not old or old[0].index != lo or old[-1].index - lo != len(old) - 1 or old[-1].index >= stop:
+            raise RuntimeError(f"reader returned {len(old)} entries for {lo}..{stop - 1}, not a prefix of them")
+        if old[-1].index < stop - 1 or stop == hi:
+            return old
+        if max_bytes is not None:
+            max_bytes -= sum(len(e.data) for e in old)
+            if max_bytes <= 0:
+                return old
+        return old + self.slice(first, hi, max_bytes)
+
+    def payloads(self, lo: int, hi: int) -> list[bytes]:
+        """The payloads of entries lo..hi-1 (within the log): one read for those below the window."""
+        first = self._first
+        out: list[bytes] = []
+        if lo < first:
+            stop = min(hi, first)
+            if self._payload_reader is not None:
+                out = list(self._payload_reader(lo, stop))
+            else:
+                out = [e.data for e in self.slice(lo, stop)]
+            if len(out) != stop - lo:
+                raise RuntimeError(f"payload reader returned {len(out)} payloads for {lo}..{stop - 1}")
+            lo = stop
+        if lo < hi:
+            out.extend([e.data for e in self._mem[lo - first : hi - first]])
+        return out
+
+    def trim(self, upto: int, window: int) -> None:
+        """Drop payloads at or below `upto` from memory while more than `window` bytes are held.
+        Only once a quarter over the window, so the list is cut rarely and in big pieces."""
+        if self._reader is None or self.mem_bytes <= window + (window >> 2):
+            return
+        mem = self._mem
+        size = self.mem_bytes
+        k, stop = 0, min(upto - self._first + 1, len(mem))
+        while k < stop and size > window:
+            size -= len(mem[k].data)
+            k += 1
+        if k:
+            del mem[:k]
+            self._first += k
+            self.mem_bytes = size
+
+
+def _prefix(mem: list[Entry], a: int, b: int, max_bytes: int) -> tuple[Entry, ...]:
+    """mem[a:b] up to and including the entry whose payload makes `max_bytes` (at least one)."""
+    budget = max_bytes
+    i = a
+    while i < b:
+        budget -= len(mem[i].data)
+        i += 1
+        if budget <= 0:
+            break
+    return tuple(mem[a:i])
 
 
 class RaftNode:
@@ -279,8 +488,15 @@ class RaftNode:
         voters: every member's id (fixed membership).
         config: `RaftConfig`.
         rng: the only source of randomness (election timeouts), so simulations are seeded.
-        hard_state, entries: what `SegmentLog.load()` returned, to restart from disk. `entries`
-            must be the contiguous log from index 1.
+        hard_state, entries: what storage loaded, to restart from disk: `entries` is the
+            contiguous log from index 1, or with `term_runs` and `reader` only its newest
+            entries (at least the last one).
+        term_runs: (first index, term) of each term's entries from index 1, for a log whose
+            older entries are not passed in `entries` (`SegmentLog.load_window`).
+        reader: reads persisted entries back (`Reader`); with one, only the newest
+            `config.log_window_bytes` of payloads stay in memory. The node never does I/O
+            itself: the shell's reader does, and only for entries below the window.
+        payload_reader: optionally, a faster read of just the payloads (`PayloadReader`).
         applied: entries up to this index are already reflected in the state machine and are
             not delivered again in `Ready.committed` (0: replay the committed log on restart).
     """
@@ -295,6 +511,9 @@ class RaftNode:
         rng: random.Random,
         hard_state: HardState | None = None,
         entries: Sequence[Entry] = (),
+        term_runs: Sequence[tuple[int, int]] = (),
+        reader: Reader | None = None,
+        payload_reader: PayloadReader | None = None,
         applied: int = 0,
     ) -> None:
         if node_id not in voters:
@@ -306,22 +525,20 @@ class RaftNode:
         self._quorum = len(self.voters) // 2 + 1
         self.cfg = config or RaftConfig()
         self._rng = rng
-        log = list(entries)
-        if log and (log[0].index != 1 or log[-1].index != len(log)):
-            raise ValueError("entries must be the contiguous log starting at index 1")
-        self._log: list[Entry] = log  # index i lives at position i-1
+        self._log = log = _Log(entries, term_runs, reader, payload_reader)
+        self._window = self.cfg.log_window_bytes
         hs = hard_state or HardState(0, None, 0)
         self._term = hs.term
         self._vote = hs.vote
-        self._commit = min(hs.commit, len(log))
+        self._commit = min(hs.commit, log.last)
         self._persisted_hs = HardState(self._term, self._vote, self._commit)
-        if log and log[-1].term > self._term:
+        if log.last_term > self._term:
             # A crash between writing a Ready's entries and its hard state: we accepted entries
             # of that term, so we were in it. Restore currentTerm >= every log term; the vote is
             # None because a vote is always durable before it is sent.
-            self._term, self._vote = log[-1].term, None
-        self._stable = len(log)  # last index known durable (advanced)
-        self._handed = len(log)  # last index handed out in a Ready
+            self._term, self._vote = log.last_term, None
+        self._stable = log.last  # last index known durable (advanced)
+        self._handed = log.last  # last index handed out in a Ready
         self._applied = min(applied, self._commit)  # last index handed out as committed
         self._rewind: int | None = None
         self._outstanding = False
@@ -366,11 +583,21 @@ class RaftNode:
 
     @property
     def last_index(self) -> int:
-        return len(self._log)
+        return self._log.last
 
     @property
     def last_term(self) -> int:
-        return self._log[-1].term if self._log else 0
+        return self._log.last_term
+
+    @property
+    def memory_bytes(self) -> int:
+        """Entry payload bytes held in memory (the window, plus what is not yet persisted)."""
+        return self._log.mem_bytes
+
+    @property
+    def first_in_memory(self) -> int:
+        """The oldest index whose entry is held in memory (older ones are read back)."""
+        return self._log.first_in_memory
 
     @property
     def stable_index(self) -> int:
@@ -384,23 +611,33 @@ class RaftNode:
 
     def entry(self, index: int) -> Entry | None:
         """The entry at `index`, or None when the log does not reach it."""
-        if 1 <= index <= len(self._log):
-            return self._log[index - 1]
+        if 1 <= index <= self._log.last:
+            return self._log.slice(index, index + 1)[0]
         return None
 
-    def entries_from(self, index: int, max_entries: int | None = None) -> tuple[Entry, ...]:
-        """Entries from `index` to the end of the log (at most `max_entries` of them)."""
-        start = max(index, 1) - 1
-        stop = len(self._log) if max_entries is None else min(len(self._log), start + max_entries)
-        return tuple(self._log[start:stop])
+    def entries_from(self, index: int, max_entries: int | None = None, *, max_bytes: int | None = None
+                     ) -> tuple[Entry, ...]:
+        """Entries from `index` on, to the end of the log or `max_entries` of them; with
+        `max_bytes`, a prefix of them (at least one entry) whose payloads just reach it.
+        Entries below the window are read back in one go per range; always a contiguous prefix."""
+        lo = max(index, 1)
+        hi = self._log.last + 1 if max_entries is None else lo + max_entries
+        return self._log.slice(lo, hi, max_bytes)
+
+    def release_memory(self) -> int:
+        """Drop from memory every payload that is persisted and applied (the shell's call for
+        an idle group); returns the bytes let go. Without a reader nothing can be dropped."""
+        before = self._log.mem_bytes
+        self._log.trim(min(self._stable, self._applied), 0)
+        return before - self._log.mem_bytes
+
+    def payloads(self, lo: int, hi: int) -> list[bytes]:
+        """The payloads of entries lo..hi-1 (clamped to the log), read in one go per range."""
+        return self._log.payloads(max(lo, 1), min(hi, self._log.last + 1))
 
     def term_at(self, index: int) -> int | None:
         """The term of the entry at `index` (0 for index 0), None beyond the log."""
-        if index == 0:
-            return 0
-        if 1 <= index <= len(self._log):
-            return self._log[index - 1].term
-        return None
+        return self._log.term_at(index)
 
     def status(self) -> dict[str, Any]:
         """A JSON-able snapshot for logs and debugging."""
@@ -416,6 +653,8 @@ class RaftNode:
             "last_index": self.last_index,
             "last_term": self.last_term,
             "stable": self._stable,
+            "memory_bytes": self._log.mem_bytes,
+            "first_in_memory": self._log.first_in_memory,
             "committed_truncations": self.committed_truncations,
         }
         if self._role == LEADER:
@@ -425,6 +664,7 @@ class RaftNode:
                     "next": pr.next,
                     "state": "replicate" if pr.replicate else "probe",
                     "inflight": len(pr.inflight),
+                    "inflight_bytes": pr.inflight_bytes,
                     "active": pr.recent_active,
                 }
                 for p, pr in self._progress.items()
@@ -459,8 +699,8 @@ class RaftNode:
         if leadership changes first it may be overwritten (compare the term)."""
         if self._role != LEADER:
             return None
-        index = len(self._log) + 1
-        self._log.append(Entry(self._term, index, data))
+        index = self._log.last + 1
+        self._log.append_one(Entry(self._term, index, data))
         self._bcast = True  # appends go out at the next Ready, batching proposals
         return index
 
@@ -513,7 +753,7 @@ class RaftNode:
         self._flush()
         return bool(
             self._msgs
-            or len(self._log) > self._handed
+            or self._log.last > self._handed
             or self._commit > self._applied
             or self._rewind is not None
             or self._hard_state_changed()
@@ -527,8 +767,9 @@ class RaftNode:
         hs = None
         if self._hard_state_changed():
             hs = HardState(self._term, self._vote, self._commit)
-        entries = tuple(self._log[self._handed :]) if len(self._log) > self._handed else ()
-        committed = tuple(self._log[self._applied : self._commit]) if self._commit > self._applied else ()
+        log = self._log
+        entries = log.slice(self._handed + 1, log.last + 1) if log.last > self._handed else ()
+        committed = self._committed_chunk()
         rd = Ready(
             hard_state=hs,
             entries=entries,
@@ -537,11 +778,25 @@ class RaftNode:
             rewind_to=self._rewind,
         )
         self._msgs = []
-        self._handed = len(self._log)
-        self._applied = self._commit
+        self._handed = log.last
         self._rewind = None
         self._outstanding = True
         return rd
+
+    def _committed_chunk(self) -> tuple[Entry, ...]:
+        """The committed entries to hand out next, marked applied. Those below the window
+        (a restart's replay) come at most `log_window_bytes` at a time, so replaying a long
+        log never holds more of it in memory; the rest follow in the next Readies."""
+        lo, hi = self._applied + 1, self._commit + 1
+        if lo >= hi:
+            return ()
+        log = self._log
+        if lo < log.first_in_memory:
+            out = log.slice(lo, min(hi, log.first_in_memory), max(self._window, 1))
+        else:
+            out = log.slice(lo, hi)
+        self._applied = out[-1].index
+        return out
 
     def take_committed(self) -> tuple[Entry, ...]:
         """Committed entries not handed out yet, also while a Ready is outstanding.
@@ -551,8 +806,8 @@ class RaftNode:
         made durable. None while a rewind (unclean election) waits to be handed out."""
         if self._commit <= self._applied or self._rewind is not None:
             return ()
-        out = tuple(self._log[self._applied : self._commit])
-        self._applied = self._commit
+        out = self._committed_chunk()
+        self._log.trim(min(self._stable, self._applied), self._window)
         return out
 
     def take_messages(self) -> list[Message]:
@@ -581,6 +836,8 @@ class RaftNode:
                 self._progress[self.id].match = self._stable
                 if self._maybe_commit():
                     self._bcast = True
+        # Persisted and applied entries may leave memory (read back if ever needed).
+        self._log.trim(min(self._stable, self._applied), self._window)
 
     # ---- roles ---------------------------------------------------------------------------
 
@@ -638,10 +895,10 @@ class RaftNode:
         self._leader = self.id
         self.leadership_version += 1
         self._reset_timers()
-        nxt = len(self._log) + 1
+        nxt = self._log.last + 1
         self._progress = {v: _Progress(nxt) for v in self.voters}
         self._progress[self.id].match = self._stable
-        self._log.append(Entry(self._term, nxt, b""))  # the no-op that commits earlier terms
+        self._log.append_one(Entry(self._term, nxt, b""))  # the no-op that commits earlier terms
         for p in self._peers:
             self._send_append(p)
 
@@ -652,7 +909,7 @@ class RaftNode:
         if self.cfg.unclean_election:
             return True  # UNSAFE `election: unclean`: the one place this flag is read
         lt = self.last_term
-        return log_term > lt or (log_term == lt and index >= len(self._log))
+        return log_term > lt or (log_term == lt and index >= self._log.last)
 
     def _handle_vote_request(self, m: Message) -> None:
         pre = m.kind is MsgKind.PREVOTE
@@ -708,7 +965,7 @@ class RaftNode:
                 self._leader = m.frm
                 self.leadership_version += 1
             if m.commit > self._commit:
-                self._commit = min(m.commit, len(self._log))
+                self._commit = min(m.commit, self._log.last)
             self._msgs.append(
                 Message(MsgKind.HEARTBEAT_RESP, self.group, self.id, m.frm, self._term, index=m.index)
             )
@@ -725,7 +982,7 @@ class RaftNode:
                 Message(MsgKind.APPEND_RESP, self.group, self.id, m.frm, self._term, index=last_new)
             )
             return
-        hint = self._find_conflict_by_term(min(m.index, len(self._log)), m.log_term)
+        hint = self._find_conflict_by_term(min(m.index, self._log.last), m.log_term)
         self._msgs.append(
             Message(
                 MsgKind.APPEND_RESP,
@@ -742,20 +999,20 @@ class RaftNode:
 
     def _append_from_leader(self, ents: tuple[Entry, ...]) -> None:
         log = self._log
-        n = len(log)
+        n = log.last
         for j, e in enumerate(ents):
             i = e.index
             if i > n:
-                log.extend(ents[j:])
+                log.append(ents[j:])
                 return
-            if log[i - 1].term != e.term:
+            if log.term_at(i) != e.term:
                 self._truncate(i)
-                log.extend(ents[j:])
+                log.append(ents[j:])
                 return
 
     def _truncate(self, index: int) -> None:
         """Drop the log from `index` on (a conflicting suffix)."""
-        del self._log[index - 1 :]
+        self._log.truncate(index)
         keep = index - 1
         self._stable = min(self._stable, keep)
         self._handed = min(self._handed, keep)
@@ -769,9 +1026,7 @@ class RaftNode:
 
     def _find_conflict_by_term(self, index: int, term: int) -> int:
         """The largest index <= `index` whose term is <= `term` (terms only grow along a log)."""
-        if index <= 0:
-            return 0
-        return bisect_right(self._log, term, hi=index, key=_entry_term)
+        return self._log.find_conflict_by_term(index, term)
 
     # ---- leader ---------------------------------------------------------------------------
 
@@ -803,7 +1058,7 @@ class RaftNode:
         it has nothing to catch up and no append is in flight)."""
         if self._ticks - self._appended_at < self.cfg.election_ticks:
             return False
-        last = len(self._log)
+        last = self._log.last
         for p in self._peers:
             pr = self._progress[p]
             if pr.match < last or pr.inflight:
@@ -839,7 +1094,7 @@ class RaftNode:
             if pr.replicate:
                 infl = pr.inflight
                 while infl and infl[0][0] <= m.index:
-                    infl.popleft()
+                    pr.inflight_bytes -= infl.popleft()[2]
                 if pr.next <= pr.match:
                     pr.next = pr.match + 1
             else:
@@ -859,7 +1114,7 @@ class RaftNode:
                 # once, and each answer re-sent the whole missing window (a 44 MB peer frame).
                 pr.probe_sent = False
                 self._retract_appends(m.frm)  # a probe still queued (our write is slow) is resent
-            if pr.match < len(self._log):
+            if pr.match < self._log.last:
                 self._send_append(m.frm)
 
     def _handle_reject(self, p: int, pr: _Progress, m: Message) -> None:
@@ -870,7 +1125,7 @@ class RaftNode:
             return  # answer to an earlier probe
         probe = m.reject_hint
         if m.log_term > 0:
-            probe = self._find_conflict_by_term(min(probe, len(self._log)), m.log_term)
+            probe = self._find_conflict_by_term(min(probe, self._log.last), m.log_term)
         pr.become_probe()
         self._retract_appends(p)
         pr.next = max(min(m.index, probe + 1), pr.match + 1)
@@ -888,32 +1143,31 @@ class RaftNode:
     def _send_append(self, p: int) -> bool:
         """Send `p` the next append if its flow control allows; False when nothing was sent."""
         pr = self._progress[p]
+        cfg = self.cfg
         if pr.replicate:
-            if len(pr.inflight) >= self.cfg.max_inflight:
+            if len(pr.inflight) >= cfg.max_inflight or pr.inflight_bytes >= cfg.max_inflight_bytes:
                 return False
         elif pr.probe_sent:
             return False
         log = self._log
         prev = pr.next - 1
-        last = len(log)
+        last = log.last
         if prev > last:  # defensive: next never passes our log end + 1
             pr.next = last + 1
             prev = last
-        hi = min(last, prev + self.cfg.max_append_entries)
-        if hi > prev + 1:
-            budget = self.cfg.max_append_bytes
-            i = prev
-            while i < hi:
-                budget -= len(log[i].data)
-                i += 1
-                if budget <= 0:
-                    break
-            hi = i
-        if pr.replicate and hi == prev:
+        if pr.replicate and prev == last:
             return False  # nothing new; heartbeats carry the commit index
-        ents = tuple(log[prev:hi])
+        budget = cfg.max_append_bytes
+        if pr.replicate:
+            budget = min(budget, cfg.max_inflight_bytes - pr.inflight_bytes)
+        # One read for the whole message when it starts below the window (a lagging follower).
+        ents = log.slice(prev + 1, prev + 1 + cfg.max_append_entries, budget)
+        hi = prev + len(ents)
+        size = 0
         if ents:
             self._appended_at = self._ticks
+            for e in ents:
+                size += len(e.data)
         self._msgs.append(
             Message(
                 MsgKind.APPEND,
@@ -921,7 +1175,7 @@ class RaftNode:
                 self.id,
                 p,
                 self._term,
-                log_term=log[prev - 1].term if prev else 0,
+                log_term=log.term_at(prev) or 0,
                 index=prev,
                 entries=ents,
                 commit=self._commit,
@@ -929,7 +1183,8 @@ class RaftNode:
         )
         if pr.replicate:
             pr.next = hi + 1
-            pr.inflight.append((hi, self._ticks))
+            pr.inflight.append((hi, self._ticks, size))
+            pr.inflight_bytes += size
         else:
             pr.probe_sent = True
             pr.probe_tick = self._ticks
@@ -960,10 +1215,6 @@ class RaftNode:
     def _hard_state_changed(self) -> bool:
         ps = self._persisted_hs
         return ps.term != self._term or ps.vote != self._vote or ps.commit != self._commit
-
-
-def _entry_term(e: Entry) -> int:
-    return e.term
 
 
 # ---- wire format -------------------------------------------------------------------------------

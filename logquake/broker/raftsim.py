@@ -7,7 +7,9 @@ Ready not yet advanced) and restarts them from what they persisted, and pauses n
 what is sent to a paused node waits, and it reads all of it in one step when resumed). Optionally a node also dies
 in the middle of a Ready (`crash_in_ready`: after the messages a shell may send early, before or
 halfway through the write), and persistence can go through real `SegmentLog`s (`disk`), whose
-torn writes are then repaired on restart. Time is a step counter; nothing sleeps: a 300-step
+torn writes are then repaired on restart. Every node reads its persisted entries back
+(its `reader` is its disk), so a small `RaftConfig.log_window_bytes` makes followers catch up,
+restarts replay and the oracle read through it. Time is a step counter; nothing sleeps: a 300-step
 schedule takes some 10-20 ms, so thousands run in a minute (benchmarks/bench_raft.py).
 
 An oracle watches every step and records violations instead of raising, so a test can show it
@@ -29,6 +31,7 @@ and checks liveness: a leader is elected and a new proposal commits on every nod
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 import random
@@ -74,6 +77,7 @@ class SimResult:
     messages: int
     committed_truncations: int
     max_copies: int = 0  # most copies of one entry to one follower in one leader Ready
+    reads: int = 0  # reads of persisted entries below a node's window (in-memory disk only)
 
 
 class Sim:
@@ -117,6 +121,7 @@ class Sim:
         self.slow_write = slow_write
         self.disk = disk
         self.stores: dict[int, SegmentLog] = {}
+        self.reads = 0
         self.config = config or RaftConfig()
         self.group = group
         self.ids = tuple(range(1, n + 1))
@@ -137,6 +142,7 @@ class Sim:
         self.messages_sent = 0
         self.max_copies = 0  # most copies of one entry to one follower in one Ready
         self.crashes = 0
+        self.reads = 0  # reads of persisted entries (below some node's window)
         self._seen_leader: set[tuple[int, int]] = set()
         self._seen_leadership: dict[int, tuple[RaftNode, tuple[object, ...]]] = {}
         self.trace: list[str] | None = None  # set to [] to record every delivered message
@@ -144,7 +150,16 @@ class Sim:
     # ---- nodes -----------------------------------------------------------------------------
 
     def _new_raft(self, i: int, hs: HardState | None, log: Sequence[Entry]) -> RaftNode:
+        """Node `i` restarted as the broker does: only its window's payloads loaded, the rest
+        read back from its disk when needed."""
         rng = random.Random(self.rng.getrandbits(64))
+        store = self.stores.get(i)
+        if store is not None:
+            hs, runs, tail = store.load_window(self.config.log_window_bytes)
+            reader = store.read
+        else:
+            runs, tail = window_of(log, self.config.log_window_bytes)
+            reader = functools.partial(self._read_disk, i)
         return RaftNode(
             group=self.group,
             node_id=i,
@@ -152,8 +167,25 @@ class Sim:
             config=self.config,
             rng=rng,
             hard_state=hs,
-            entries=log,
+            entries=tail,
+            term_runs=runs,
+            reader=reader,
         )
+
+    def _read_disk(self, i: int, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
+        """Node `i`'s persisted entries lo..hi-1 (a prefix with `max_bytes`), as
+        `SegmentLog.read` returns them. Asking for more than it persisted is a bug."""
+        self.reads += 1
+        log = self.nodes[i].log
+        if not 1 <= lo < hi <= len(log) + 1:
+            raise AssertionError(f"node {i} read {lo}..{hi - 1} but persisted 1..{len(log)}")
+        out = log[lo - 1 : hi - 1]
+        if max_bytes is not None:
+            for k, e in enumerate(out):
+                max_bytes -= len(e.data)
+                if max_bytes <= 0:
+                    return out[: k + 1]
+        return out
 
     def raft(self, i: int) -> RaftNode:
         """The running RaftNode of node `i` (raises if it is down)."""
@@ -193,7 +225,7 @@ class Sim:
             if self.disk is not None:
                 store = self.stores[i] = SegmentLog(self.disk / f"n{i}", fsync="never")
                 node.hard_state, node.log = store.load()
-            node.raft = self._new_raft(i, node.hard_state, list(node.log))
+            node.raft = self._new_raft(i, node.hard_state, node.log)
             node.applied = []
 
     def pause(self, i: int) -> None:
@@ -458,6 +490,20 @@ class Sim:
                         break
 
 
+def window_of(log: Sequence[Entry], window: int) -> tuple[list[tuple[int, int]], list[Entry]]:
+    """(term runs, newest entries within `window` bytes, at least the last) of a whole log,
+    as `SegmentLog.load_window` returns them."""
+    runs: list[tuple[int, int]] = []
+    for e in log:
+        if not runs or runs[-1][1] != e.term:
+            runs.append((e.index, e.term))
+    k, size = len(log), 0
+    while k > 0 and (k == len(log) or size + len(log[k - 1].data) < window):
+        size += len(log[k - 1].data)
+        k -= 1
+    return runs, list(log[k:])
+
+
 def describe(m: Message) -> str:
     """A one-line, transcript-friendly rendering of a message."""
     s = f"{m.frm}->{m.to} {m.kind.name} t{m.term}"
@@ -522,6 +568,7 @@ def run_schedule(
         messages=sim.messages_sent,
         committed_truncations=sum(sim.raft(i).committed_truncations for i in sim.ids),
         max_copies=sim.max_copies,
+        reads=sim.reads,
     )
 
 

@@ -68,6 +68,10 @@ class _GroupBase:
     def name(self) -> str:
         return self.raft.group
 
+    def release_memory(self) -> bool:
+        """Let go of every payload held that can be read back (an idle group); True if any."""
+        return self.raft.release_memory() > 0
+
     def leadership_changed(self) -> bool:
         r = self.raft
         if r.leadership_version == self.seen_version:
@@ -84,13 +88,26 @@ class PartitionReplica(_GroupBase):
     def __init__(self, info: PartitionInfo, raft: RaftNode, store: Any) -> None:
         super().__init__(raft, store)
         self.info = info
-        self.state = pmod.PartitionState()
+        self.state = self._new_state()
         self.leader_ready = False
         self.next_offset = 0  # leader: next Kafka offset to assign (includes uncommitted appends)
         self.spec_producers = producer_state.EMPTY
         self._waiters: dict[int, _Waiter] = {}
         self._persist_waiters: list[_Waiter] = []
         self._hw_waiters: list[asyncio.Future[None]] = []
+
+    def release_memory(self) -> bool:
+        held = self.state.payload_bytes
+        self.state.trim(0)
+        return super().release_memory() or self.state.payload_bytes < held
+
+    def _new_state(self) -> pmod.PartitionState:
+        """An empty state that holds the same payload window as the Raft log (they share the
+        payload objects) and reads older batches back through the Raft log."""
+        return pmod.PartitionState(payload_window=self.raft.cfg.log_window_bytes, loader=self._load_entries)
+
+    def _load_entries(self, lo: int, hi: int) -> list[bytes]:
+        return self.raft.payloads(lo, hi)
 
     # ---- leader side ----------------------------------------------------------------------
 
@@ -190,11 +207,15 @@ class PartitionReplica(_GroupBase):
     def _rebuild(self, upto: int) -> None:
         """Unclean election lost committed entries: replay the surviving log from scratch."""
         log.warning("%s: committed entries lost after index %d (unclean election); rebuilding", self.name, upto)
-        self.state = pmod.PartitionState()
-        for i in range(1, upto + 1):
-            e = self.raft.entry(i)
-            if e is not None:
+        self.state = self._new_state()
+        i = 1
+        while i <= upto:  # a window's worth of entries per read, not one read per entry
+            chunk = self.raft.entries_from(i, upto + 1 - i, max_bytes=max(self.raft.cfg.log_window_bytes, 1))
+            if not chunk:
+                break
+            for e in chunk:
                 pmod.apply(self.state, index=e.index, term=e.term, data=e.data)
+            i = chunk[-1].index + 1
 
     def wake_on_data(self, fut: asyncio.Future[None]) -> None:
         """Resolve `fut` when committed entries move the high watermark (a long-polling fetch
@@ -209,12 +230,9 @@ class PartitionReplica(_GroupBase):
             if not f.done():
                 f.set_result(None)
 
-    def read(self, ref: pmod.BatchRef) -> bytes:
-        """The bytes of one committed batch (the Raft log holds every entry in memory)."""
-        e = self.raft.entry(ref.raft_index)
-        if e is None:
-            return b""
-        return e.data[1 + ref.start : 1 + ref.start + ref.length]
+    def read_batches(self, i: int, j: int) -> list[bytes]:
+        """The bytes of committed batches i..j-1 (in `state.batches`), read in one go."""
+        return [bytes(v) for v in self.state.batch_bytes(i, j)]
 
 
 class MetadataReplica(_GroupBase):

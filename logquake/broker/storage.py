@@ -12,7 +12,9 @@ Each entry on disk is `length u32 | crc32 u32 | term u64 | index u64 | data`, wh
 counts term+index+data and the CRC (zlib.crc32) covers them. On open, `load()` re-reads every
 segment; the first record that is torn (the file ends inside it), fails its CRC or breaks the
 index sequence ends the log: the file is cut there, later segments are removed, and a warning
-says so. Raft then re-fetches the lost suffix from the leader (or, if this node's copy was the
+says so. `load_window` scans the same way but keeps only the newest entries' payloads (and every
+term), for a node that holds a window of its log in memory and reads older entries back with
+`read`: one pread per segment a range touches, from any thread while the log is appended to. Raft then re-fetches the lost suffix from the leader (or, if this node's copy was the
 only one, the entries were never acknowledged by a majority that included it).
 
 Durability: term and vote are always fsynced before `save_hard_state` returns, whatever the
@@ -42,7 +44,7 @@ import threading
 import time
 import zlib
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,6 +62,7 @@ _META = struct.Struct("<QQ")  # term, index (start of the payload)
 _HS = struct.Struct("<4sIQqQ")  # magic, crc32(rest), term, vote (-1 = none), commit
 _HS_MAGIC = b"LQHS"
 _MAX_ENTRY = 1 << 30  # a length beyond this is garbage, not an entry
+_LOAD_CHUNK = 1 << 20  # load() reads segments through a buffer this big
 
 
 class StorageError(UserError):
@@ -201,22 +204,29 @@ class SegmentLog:
 
     def load(self) -> tuple[HardState | None, list[Entry]]:
         """Read the hard state and every entry, repairing a torn or corrupt tail (with a warning)."""
+        hs, _, entries = self.load_window(None)
+        return hs, entries
+
+    def load_window(self, window_bytes: int | None) -> tuple[HardState | None, list[tuple[int, int]], list[Entry]]:
+        """Like `load`, but keep only the newest entries whose payloads fit `window_bytes` (at
+        least the last entry; None: all). Returns (hard state, (first index, term) of each
+        term's run from index 1, those entries); older payloads stay on disk for `read`."""
         self._check_open()
         self._cleanup_temp()
         hs = self._load_hard_state()
-        entries: list[Entry] = []
+        tail = _Tail(window_bytes)
         self._segments, self._firsts = [], []
         paths = sorted(self.directory.glob("*" + _SUFFIX))
         for pos, path in enumerate(paths):
             first = _segment_first(path)
-            expected = len(entries) + 1
+            expected = tail.last + 1
             if first != expected:
                 self._drop_segments(
                     paths[pos:], f"segment {path.name} starts at {first}, expected {expected}"
                 )
                 break
             seg = _Segment(first, path)
-            clean = self._read_segment(seg, entries)
+            clean = self._read_segment(seg, tail)
             if seg.size or seg.offsets:
                 self._segments.append(seg)
                 self._firsts.append(first)
@@ -226,44 +236,47 @@ class SegmentLog:
             if not clean:
                 self._drop_segments(paths[pos + 1 :], "they follow a damaged segment")
                 break
-        self._last = len(entries)
+        self._last = tail.last
         self._hs = self._hs_on_disk = hs
         self._loaded = True
         self._sync_dir()
-        return hs, entries
+        return hs, tail.runs, list(tail.entries)
 
-    def _read_segment(self, seg: _Segment, out: list[Entry]) -> bool:
-        """Append `seg`'s entries to `out`; on damage cut the file there and return False."""
-        data = seg.path.read_bytes()
-        mv = memoryview(data)
-        n = len(data)
+    def _read_segment(self, seg: _Segment, out: _Tail) -> bool:
+        """Give `seg`'s entries to `out`; on damage cut the file there and return False.
+
+        Read in chunks, so a load holds one chunk and the window, never a whole segment."""
+        n = seg.path.stat().st_size
         pos = 0
         idx = seg.first
         hdr, meta = _HDR.size, _META.size
         problem = ""
-        while pos < n:
-            if n - pos < hdr + meta:
-                problem = "torn record header"
-                break
-            length, crc = _HDR.unpack_from(mv, pos)
-            if length < meta or length > _MAX_ENTRY:
-                problem = f"impossible record length {length}"
-                break
-            end = pos + hdr + length
-            if end > n:
-                problem = f"torn record ({n - pos - hdr} of {length} bytes)"
-                break
-            if zlib.crc32(mv[pos + hdr : end]) != crc:
-                problem = "CRC mismatch"
-                break
-            term, index = _META.unpack_from(mv, pos + hdr)
-            if index != idx:
-                problem = f"record index {index}, expected {idx}"
-                break
-            seg.offsets.append(pos)
-            out.append(Entry(term, index, bytes(mv[pos + hdr + meta : end])))
-            idx += 1
-            pos = end
+        with open(seg.path, "rb", buffering=_LOAD_CHUNK) as f:
+            while pos < n:
+                head = f.read(hdr + meta)
+                if len(head) < hdr + meta:
+                    problem = "torn record header"
+                    break
+                length, crc = _HDR.unpack_from(head)
+                if length < meta or length > _MAX_ENTRY:
+                    problem = f"impossible record length {length}"
+                    break
+                end = pos + hdr + length
+                if end > n:
+                    problem = f"torn record ({n - pos - hdr} of {length} bytes)"
+                    break
+                data = f.read(length - meta)
+                if zlib.crc32(data, zlib.crc32(head[hdr:])) != crc:
+                    problem = "CRC mismatch"
+                    break
+                term, index = _META.unpack_from(head, hdr)
+                if index != idx:
+                    problem = f"record index {index}, expected {idx}"
+                    break
+                seg.offsets.append(pos)
+                out.add(term, index, data)
+                idx += 1
+                pos = end
         seg.size = pos
         if not problem:
             return True
@@ -304,6 +317,68 @@ class SegmentLog:
         tmp = self.directory / "hardstate.tmp"
         if tmp.exists():
             tmp.unlink()  # a save that crashed before its rename: the old file is still valid
+
+    def read(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """Entries lo..hi-1, read back with one pread per segment they span; with `max_bytes`
+        the prefix (at least one entry) whose payloads just reach it, so only that is read.
+
+        Safe from another thread than the appending one, for entries already appended: the
+        positions are taken under the lock, and a later truncation only cuts above them."""
+        self._check_loaded()
+        with self._mu:
+            if not 1 <= lo < hi <= self._last + 1:
+                raise ValueError(f"cannot read {lo}..{hi - 1}: the log holds 1..{self._last}")
+            plan = self._read_plan(lo, hi, max_bytes)
+        out: list[Entry] = []
+        for path, first, start, end, _ in plan:
+            _parse_records(_pread(path, start, end), first, path, out)
+        return out
+
+    def read_payloads(self, lo: int, hi: int) -> list[bytes]:
+        """The payloads of entries lo..hi-1, as `read` reads them (one pread per segment), but
+        cut at the positions the log already knows: no record is parsed, no Entry made. A
+        fetch of many small batches below the window reads through this."""
+        self._check_loaded()
+        with self._mu:
+            if not 1 <= lo < hi <= self._last + 1:
+                raise ValueError(f"cannot read {lo}..{hi - 1}: the log holds 1..{self._last}")
+            plan = self._read_plan(lo, hi, None)
+        out: list[bytes] = []
+        skip = _HDR.size + _META.size
+        for path, _, start, end, cuts in plan:
+            buf = _pread(path, start, end)
+            for a, b in zip(cuts, [*cuts[1:], end], strict=True):
+                out.append(buf[a - start + skip : b - start])
+        return out
+
+    def _read_plan(self, lo: int, hi: int, max_bytes: int | None) -> list[tuple[Path, int, int, int, array]]:
+        """(segment path, first index, start byte, end byte, record offsets) per segment to read."""
+        plan = []
+        k = bisect.bisect_right(self._firsts, lo) - 1
+        per = _HDR.size + _META.size
+        idx = lo
+        while idx < hi:
+            seg = self._segments[k]
+            offs = seg.offsets
+            a, b = idx - seg.first, min(hi, seg.first + len(offs)) - seg.first
+
+            def end_of(j: int, offs: array = offs, seg: _Segment = seg) -> int:
+                return offs[j + 1] if j + 1 < len(offs) else seg.size
+
+            start = offs[a]
+            if max_bytes is not None:
+                # The first record whose payloads (from `a`) reach max_bytes ends the read.
+                j = bisect.bisect_left(range(a, b), max_bytes,
+                                       key=lambda j: end_of(j) - start - per * (j - a + 1))  # noqa: B023
+                if a + j < b:
+                    b = a + j + 1
+                    plan.append((seg.path, seg.first + a, start, end_of(b - 1), offs[a:b]))
+                    return plan
+                max_bytes -= end_of(b - 1) - start - per * (b - a)
+            plan.append((seg.path, seg.first + a, start, end_of(b - 1), offs[a:b]))
+            idx = seg.first + b
+            k += 1
+        return plan
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -509,6 +584,57 @@ class SegmentLog:
         self._check_open()
         if not self._loaded:
             raise RuntimeError("call load() before writing to a SegmentLog")
+
+
+class _Tail:
+    """What `load_window` keeps while it scans: every term's run, the newest entries."""
+
+    __slots__ = ("window", "entries", "bytes", "runs", "last")
+
+    def __init__(self, window: int | None) -> None:
+        self.window = window
+        self.entries: deque[Entry] = deque()
+        self.bytes = 0
+        self.runs: list[tuple[int, int]] = []
+        self.last = 0
+
+    def add(self, term: int, index: int, data: bytes) -> None:
+        if not self.runs or self.runs[-1][1] != term:
+            self.runs.append((index, term))
+        self.last = index
+        ents = self.entries
+        ents.append(Entry(term, index, data))
+        self.bytes += len(data)
+        if self.window is not None:
+            while len(ents) > 1 and self.bytes - len(ents[0].data) >= self.window:
+                self.bytes -= len(ents.popleft().data)
+
+
+def _pread(path: Path, start: int, end: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = os.pread(fd, end - start, start)
+    finally:
+        os.close(fd)
+    if len(buf) != end - start:
+        raise StorageError(f"{path}: short read of {len(buf)} of {end - start} bytes at {start}")
+    return buf
+
+
+def _parse_records(buf: bytes, index: int, path: Path, out: list[Entry]) -> None:
+    """Append the records in `buf` (whole, the first one `index`) to `out`."""
+    mv = memoryview(buf)
+    hdr, meta = _HDR.size, _META.size
+    pos, n = 0, len(buf)
+    while pos < n:
+        length, _ = _HDR.unpack_from(mv, pos)
+        term, got = _META.unpack_from(mv, pos + hdr)
+        if got != index:
+            raise StorageError(f"{path}: record index {got} where {index} was expected")
+        end = pos + hdr + length
+        out.append(Entry(term, index, buf[pos + hdr + meta : end]))
+        index += 1
+        pos = end
 
 
 def _segment_first(path: Path) -> int:

@@ -18,13 +18,23 @@ __all__ = ["GroupStore", "open_store"]
 
 
 class GroupStore:
-    """One group's log: load, append (+ hard state), sync, close."""
+    """One group's log: load, append (+ hard state), sync, read back, close."""
 
     def __init__(self, path: Path, fsync: str, files: OpenFiles) -> None:
         self._log = SegmentLog(path, fsync=fsync, lock=False, files=files)
 
-    def load(self) -> tuple[HardState | None, list[Entry]]:
-        return self._log.load()
+    def load(self, window_bytes: int | None = None) -> tuple[HardState | None, list[tuple[int, int]], list[Entry]]:
+        """Hard state, every term's (first index, term) and the newest entries (`load_window`)."""
+        return self._log.load_window(window_bytes)
+
+    def read(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """Persisted entries lo..hi-1 (a prefix with `max_bytes`): the Raft log's `reader`.
+        Runs on the event loop: one pread per segment the range spans."""
+        return self._log.read(lo, hi, max_bytes)
+
+    def read_payloads(self, lo: int, hi: int) -> list[bytes]:
+        """Just the payloads of lo..hi-1: the Raft log's `payload_reader` (a fetch's reads)."""
+        return self._log.read_payloads(lo, hi)
 
     def append(self, entries: tuple[Entry, ...], hs: HardState | None) -> None:
         if entries:

@@ -61,7 +61,8 @@ def build_index(ops: Iterable[Op], *, slim: bool = False) -> QueueIndex:
     of views; raises NotSlim at a read that is no such view (or an index or time that is
     not a 64-bit integer).
     Raises ValueError naming the op when some read or send does not fit the arrays (see
-    the module docstring).
+    the module docstring); TypeError or OverflowError when an op's index or time is not
+    a 64-bit integer (the history format's rule).
     """
     ix = QueueIndex()
     gathered = _gather(ix, ops, slim)
@@ -125,10 +126,10 @@ class Gathered:
     sends: dict = field(default_factory=dict)
     # key -> ([value], [op id], [place]): those without an offset
     bare_sends: dict = field(default_factory=dict)
-    # slim: each group's first pair in the store and its length, instead of read_lists
+    # slim: where each group's first pair lies in the store, instead of read_lists
     slim: OpReads | None = None
     src: array = field(default_factory=lambda: array("q"))
-    lens: array = field(default_factory=lambda: array("q"))
+    lens: array = field(default_factory=lambda: array("q"))  # each group's number of pairs
 
 
 def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
@@ -139,14 +140,14 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
     table = TxnTable() if slim else None
     gather = Gathered(slim=table.reads if table is not None else None)
     client = 0
-    # Columns for txn_columns, while each op is at hand (read back later, they are cold
-    # memory); with a table, its own are read instead of the four lists.
-    c_kind: list[int] = []  # _KIND[type] + 1 if f is send
-    c_time: list[int] = []
-    c_inv: list[int] = []
-    c_index: list[int] = []  # of the completion
-    c_inv_index: list[int] = []
-    c_proc: list[int] = []  # numbered in order of appearance
+    # Columns for txn_columns, made while each op is at hand: numbers, not references to
+    # the ops' int objects, which read back at the end are cold memory (lists of them were
+    # ~0.9 s of a 1M-op history's index, ~400 ns a number). With a table, its own are read
+    # instead of the four time and index columns.
+    c_kind = array("b")  # _KIND[type] + 1 if f is send
+    c_time, c_inv, c_index, c_inv_index = array("q"), array("q"), array("q"), array("q")  # (index: the completion's)
+    c_proc = array("q")  # numbered in order of appearance
+    c_sends = array("q")  # its number of sends (with a table: its own s_start says)
     proc_no: dict[Any, int] = {}
     for op in ops:
         p = op.process
@@ -171,6 +172,7 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
                 c_inv.append(t.inv_time)
                 c_index.append(op.index)
                 c_inv_index.append(t.inv_index)
+                c_sends.append(len(t.sends))
             pn = proc_no.get(p)
             if pn is None:
                 pn = proc_no[p] = len(proc_no)
@@ -201,10 +203,12 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
                 c_inv.append(inv.time)
                 c_index.append(inv.index)
                 c_inv_index.append(inv.index)
+                c_sends.append(len(t.sends))
             c_proc.append(proc_no.setdefault(inv.process, len(proc_no)))
     if table is not None:
         c_time, c_inv, c_index, c_inv_index = table.time, table.inv_time, table.index, table.inv_index
-    ix.columns = _columns(c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, proc_no)
+        c_sends = np.diff(np.append(np.array(table.s_start, dtype=_I64), len(table.s_key)))
+    ix.columns = _columns(c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, c_sends, proc_no)
     return gather
 
 
@@ -219,18 +223,18 @@ def _txn(tid: int, op: Op, inv: Op | None, table: TxnTable | None) -> Txn | Stor
     return StoredTxn(tid, op.type, op.process, table)
 
 
-def _column(x: list | array, dtype: type) -> np.ndarray:
-    """A column from a list of numbers or (a copy of) an array("q")."""
-    return np.array(x, dtype=dtype) if type(x) is array else np.fromiter(x, dtype=dtype, count=len(x))
+def _column(x: array, dtype: type) -> np.ndarray:
+    """A column from (a copy of) an array("q")."""
+    return np.array(x, dtype=dtype)
 
 
 _KIND = {OK: 0, FAIL: 2, INFO: 4}  # (+ 1 for f send) txn_columns decodes these
 
 
-def _columns(kinds: list, times: list, invs: list, index: list, inv_index: list, procs: list, proc_no: dict) -> TxnColumns:
-    """The TxnColumns from the lists _gather kept (read back later, they are cold memory)."""
-    n = len(kinds)
-    kind = np.fromiter(kinds, dtype=np.int8, count=n)
+def _columns(kinds: array, times: array, invs: array, index: array, inv_index: array, procs: array,
+             sends: array | np.ndarray, proc_no: dict) -> TxnColumns:
+    """The TxnColumns from the arrays _gather filled."""
+    kind = np.array(kinds, dtype=np.int8)
     return TxnColumns(
         ok=kind >> 1 == 0,
         fail=kind >> 1 == 1,
@@ -240,7 +244,8 @@ def _columns(kinds: list, times: list, invs: list, index: list, inv_index: list,
         inv_time=_column(invs, np.int64),
         inv_index=_column(inv_index, np.float64),
         comp_index=np.where(kind >> 1 == 2, INF, _column(index, np.float64)),
-        process=np.fromiter(procs, dtype=np.int64, count=n),
+        process=np.array(procs, dtype=np.int64),
+        sends=np.array(sends, dtype=np.int64),
         process_no=proc_no,
     )
 
@@ -316,6 +321,7 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
                     reads[k] = both = joined(got, pairs)
                     if slim is None:
                         lists[at] = both
+                        g.lens[at] = len(both)
                     elif type(both) is not Pairs:
                         raise NotSlim
                     else:
@@ -328,6 +334,7 @@ def _parse(t: Txn, value: Any, keys: dict, g: Gathered, writer_of: dict, failed:
                     first_at.setdefault(k, (tid, len(reads) - 1))
                 if slim is None:
                     lists.append(pairs)
+                    g.lens.append(len(pairs))  # (now, while the list is in the cache)
                 elif type(pairs) is not Pairs or (slim.store is not None and pairs.store is not slim.store):
                     raise NotSlim
                 else:
@@ -409,10 +416,7 @@ def _arrays(g: Gathered, n_txns: int) -> tuple:
     then Txn.sends): its place among the sends after as many as the op's reads.
     """
     lists = g.read_lists
-    if g.slim is not None:
-        g_len = np.array(g.lens, dtype=_I64)
-    else:
-        g_len = np.fromiter(map(len, lists), dtype=_I64, count=len(lists))
+    g_len = np.array(g.lens, dtype=_I64)
     g_tid = np.asarray(g.group_tid, dtype=_I64)
     n_reads = np.bincount(g_tid, minlength=n_txns)  # an op's groups: one per key it read
 

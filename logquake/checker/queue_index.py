@@ -15,7 +15,7 @@ renumbered densely, so the offsets that transaction markers take are not gaps.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,6 +262,7 @@ class TxnColumns:
     inv_index: np.ndarray  # Txn.inv_index, as floats
     comp_index: np.ndarray  # Txn.comp_index (inf for info ops), as floats
     process: np.ndarray  # dense numbers (0, 1, ...), in order of first appearance
+    sends: np.ndarray  # len(Txn.sends): its send micro-ops, whatever became of the op
     process_no: dict  # process -> its number
 
 @dataclass(frozen=True, slots=True)
@@ -313,9 +314,11 @@ class OpReads:
                 zip(self.key[a:b].tolist(), self.src[a:b].tolist(), self.length[a:b].tolist(), strict=True)}
 
 
-class LazyReads:
+class LazyReads(Mapping):
     """An op's reads (Txn.reads) made from OpReads when asked, so that a history checked
-    from its file holds no dict per op, nor a Pairs per key (~350 bytes an op)."""
+    from its file holds no dict per op, nor a Pairs per key (~350 bytes an op). A read-only
+    mapping key -> Pairs, in the op's order of keys; `items` is the dict's own (one walk
+    over the op's groups, where the mixin's would look each key up again)."""
 
     __slots__ = ("groups", "tid")
 
@@ -323,47 +326,27 @@ class LazyReads:
         self.groups = groups
         self.tid = tid
 
-    def get(self, k: Any, default: Any = None) -> Any:
+    def __getitem__(self, k: Any) -> Pairs:
         g = self.groups
         a, b = g.op_start[self.tid : self.tid + 2].tolist()
         keys = g.keys
         for i, kn in enumerate(g.key[a:b].tolist(), a):
             if keys[kn] == k:
                 return Pairs(g.store, int(g.src[i]), int(g.length[i]))
-        return default
+        raise KeyError(k)
 
-    def __getitem__(self, k: Any) -> Any:
-        got = self.get(k, self)
-        if got is self:
-            raise KeyError(k)
-        return got
-
-    def __contains__(self, k: Any) -> bool:
-        return self.get(k, self) is not self
-
-    def items(self) -> Any:
-        return self.groups.of(self.tid).items()
-
-    def keys(self) -> Any:
-        return self.groups.of(self.tid).keys()
-
-    def values(self) -> Any:
-        return self.groups.of(self.tid).values()
-
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator:
         return iter(self.groups.of(self.tid))
 
     def __len__(self) -> int:
         a, b = self.groups.op_start[self.tid : self.tid + 2].tolist()
         return b - a
 
+    def items(self) -> Any:
+        return self.groups.of(self.tid).items()
+
     def __bool__(self) -> bool:
-        return True  # (an op with no reads holds an empty dict instead)
-
-    def __eq__(self, other: object) -> bool:
-        return self.groups.of(self.tid) == other
-
-    __hash__ = None  # type: ignore[assignment]
+        return True  # (without asking __len__: an op with no reads holds an empty dict instead)
 
     def __repr__(self) -> str:
         return f"LazyReads({self.groups.of(self.tid)!r})"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+import numpy as np
+
 from logquake.checker.options import CheckOptions
 from logquake.checker.queue_index import (
     QueueIndex,
+    txn_columns,
     txn_name,
 )
 from logquake.checker.result import op_ref
@@ -53,9 +56,12 @@ def g1a_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
 def precommitted_read_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     """An op read a value it sent itself, before its transaction could have committed."""
     errs = []
-    for t in ix.txns:
-        if not t.sends or not t.reads:
-            continue
+    txns = ix.txns
+    # Only ops that both send and read, as the columns and read groups say, without asking
+    # each op (a StoredTxn makes its sends and reads when asked).
+    read_some = np.bincount(ix.groups.tid, minlength=len(txns)) > 0
+    for tid in np.flatnonzero((txn_columns(ix).sends > 0) & read_some).tolist():
+        t = txns[tid]
         for k, v, _ in t.sends:
             pairs = t.reads.get(k)
             if pairs and v in map(_second, pairs):  # (a C loop, not a generator)

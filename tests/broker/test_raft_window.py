@@ -1,0 +1,331 @@
+"""The Raft log's payload window: older entries leave memory and are read back in ranges.
+
+RaftNode keeps every term but only the newest `log_window_bytes` of payloads; the rest it reads
+through its `reader` (SegmentLog.read: one pread per segment a range spans). PartitionState
+trims batch payloads the same way and reads them back through the Raft log, one load a fetch.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from logquake.broker import partition as pmod
+from logquake.broker.metadata import PartitionInfo
+from logquake.broker.raft import Entry, HardState, RaftConfig, RaftNode
+from logquake.broker.raftsim import Sim, heal_and_commit, run_many, run_schedule, unsafe
+from logquake.broker.records import batches_span, parse_batches, rewrite_batches
+from logquake.broker.replica import PartitionReplica
+from logquake.broker.storage import OpenFiles, SegmentLog
+from logquake.broker.storage_adapter import GroupStore
+from tests.broker.test_raftsim import CONFIGS, assert_safe
+
+
+class ListDisk:
+    """A persisted log in a list, read as SegmentLog.read reads: a prefix capped by bytes
+    (counting `overhead` more per entry, as a store counting its record headers may)."""
+
+    def __init__(self, overhead: int = 0) -> None:
+        self.log: list[Entry] = []
+        self.reads: list[tuple[int, int, int | None]] = []
+        self.overhead = overhead
+
+    def read(self, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
+        self.reads.append((lo, hi, max_bytes))
+        assert 1 <= lo < hi <= len(self.log) + 1, (lo, hi, len(self.log))
+        out = self.log[lo - 1 : hi - 1]
+        if max_bytes is not None:
+            for k, e in enumerate(out):
+                max_bytes -= len(e.data) + self.overhead
+                if max_bytes <= 0:
+                    return out[: k + 1]
+        return out
+
+
+def drive(r: RaftNode, disk: ListDisk) -> list[Entry]:
+    """A one-node shell: persist each Ready to `disk`, return what was committed."""
+    out: list[Entry] = []
+    while r.has_ready():
+        rd = r.ready()
+        if rd.entries:
+            del disk.log[rd.entries[0].index - 1 :]
+            disk.log.extend(rd.entries)
+        out.extend(rd.committed)
+        r.advance(rd)
+    return out
+
+
+def single(window: int, disk: ListDisk, **kw) -> RaftNode:  # noqa: ANN003 - RaftNode's restart arguments
+    cfg = RaftConfig(log_window_bytes=window)
+    return RaftNode(group="g", node_id=1, voters=(1,), config=cfg, rng=random.Random(0), reader=disk.read, **kw)
+
+
+def test_config_rejects_a_negative_window_and_inflight_cap() -> None:
+    with pytest.raises(ValueError, match="log_window_bytes"):
+        RaftConfig(log_window_bytes=-1)
+    with pytest.raises(ValueError, match="max_inflight_bytes"):
+        RaftConfig(max_inflight_bytes=0)
+
+
+def test_only_the_window_stays_in_memory_and_old_entries_read_back_whole() -> None:
+    disk = ListDisk()
+    r = single(1000, disk)
+    r.campaign()
+    for k in range(200):
+        r.propose(b"%03d" % k + b"x" * 97)
+        drive(r, disk)
+    assert r.last_index == 201
+    assert r.memory_bytes <= 1250 + 100  # the window, a quarter over it at most, one entry
+    assert r.first_in_memory > 150
+    disk.reads.clear()
+    assert r.entries_from(1) == tuple(disk.log)  # all of it, in one read below the window
+    assert len(disk.reads) == 1
+    assert [r.term_at(i) for i in (0, 1, 201, 202)] == [0, 1, 1, None]
+
+
+@pytest.mark.parametrize("overhead", [0, 24])
+def test_entries_from_is_a_contiguous_prefix_when_the_byte_cap_cuts_below_the_window(overhead: int) -> None:
+    disk = ListDisk(overhead)
+    r = single(1000, disk)
+    r.campaign()
+    for k in range(100):
+        r.propose(b"%03d" % k + b"x" * 97)
+        drive(r, disk)
+    first = r.first_in_memory
+    assert first > 20
+    for lo in (1, 2, first - 3, first - 1):
+        for cap in (1, 250, 100 * (first - lo) - 50, 100 * (first - lo) + 250, 1 << 20):
+            got = r.entries_from(lo, max_bytes=cap)
+            assert got, (lo, cap)
+            assert [e.index for e in got] == list(range(lo, lo + len(got))), (lo, cap)
+            assert got == tuple(disk.log[lo - 1 : lo - 1 + len(got)])
+            size = sum(len(e.data) for e in got)
+            assert size - len(got[-1].data) < cap  # no more than the cap allows
+            if not overhead:  # and, read as the window counts, no less
+                assert size >= cap or got[-1].index == r.last_index, (lo, cap, size)
+
+
+def test_a_restart_replays_a_window_per_ready_and_commits_it_all() -> None:
+    disk = ListDisk()
+    r = single(1000, disk)
+    r.campaign()
+    for k in range(100):
+        r.propose(b"%03d" % k + b"x" * 97)
+        drive(r, disk)
+    r2 = single(1000, disk, entries=disk.log[-5:], term_runs=[(1, 1)], hard_state=HardState(1, 1, 101))
+    assert r2.memory_bytes <= 500 and r2.last_index == 101
+    r2.campaign()
+    replayed: list[Entry] = []
+    sizes = []
+    while r2.has_ready():
+        rd = r2.ready()
+        sizes.append(sum(len(e.data) for e in rd.committed))
+        if rd.entries:
+            del disk.log[rd.entries[0].index - 1 :]
+            disk.log.extend(rd.entries)
+        replayed.extend(rd.committed)
+        r2.advance(rd)
+    assert replayed == disk.log
+    assert max(sizes) <= 1000 + 100  # the window (+ the entry reaching it) per Ready
+
+
+def test_a_leader_caps_the_bytes_in_flight_to_a_follower() -> None:
+    cfg = RaftConfig(max_inflight_bytes=1000, max_append_bytes=300, max_inflight=64)
+    sim = Sim(n=3, seed=1, config=cfg)
+    sim.run_until(lambda: sim.leader() is not None, 200)
+    sim.stabilize()
+    lead = sim.leader()
+    assert lead is not None
+    follower = next(i for i in sim.ids if i != lead)
+    sim.pause(follower)  # its acks stop; the leader keeps sending until the cap
+    for _ in range(100):
+        sim.propose(b"x" * 100)
+    sim.run(3)
+    waiting = sim.paused[follower] + [m for _, _, m in sim.queue if m.to == follower]
+    assert sum(len(e.data) for m in waiting for e in m.entries) <= 1000 + 300  # not the 10,000 proposed
+    sim.resume(follower)
+    assert heal_and_commit(sim, b"end", 400)
+    sim.check_logs()
+    assert not sim.violations, sim.violations
+
+
+# ---- PartitionState: trimmed payloads read back through a loader -------------------------------
+
+
+def _batch(k: int, n: int = 1) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i in range(n):
+        b.append(i, timestamp=1000 + k, key=None, value=b"v%d-%d" % (k, i), headers=[])
+    return bytes(b.build())
+
+
+def _log_of(sizes: list[list[int]]) -> list[Entry]:
+    log, leo = [], 0
+    for k, ns in enumerate(sizes):
+        if not ns:
+            log.append(Entry(1, k + 1, b""))
+            continue
+        body = b"".join(_batch(k, n) for n in ns)
+        hs = parse_batches(body)
+        log.append(Entry(1, k + 1, bytes(rewrite_batches(body, hs, leo, 1, prefix=pmod.RECORDS_PREFIX))))
+        leo += batches_span(hs)
+    return log
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 4), max_size=3), min_size=1, max_size=40),
+       st.integers(0, 600), st.data())
+def test_a_trimmed_partition_reads_what_an_untrimmed_one_reads(sizes, window, data) -> None:
+    log = _log_of(sizes)
+    loads: list[tuple[int, int]] = []
+
+    def loader(lo: int, hi: int) -> list[bytes]:
+        loads.append((lo, hi))
+        return [e.data for e in log[lo - 1 : hi - 1]]
+
+    full, trimmed = pmod.PartitionState(), pmod.PartitionState(payload_window=window, loader=loader)
+    for e in log:
+        for st_ in (full, trimmed):
+            pmod.apply(st_, index=e.index, term=e.term, data=e.data)
+    assert trimmed.payload_bytes <= window + (window >> 2) + max(len(e.data) for e in log)
+    leo = full.next_offset
+    for _ in range(8):
+        offset, upto = data.draw(st.integers(0, leo)), data.draw(st.integers(0, leo + 1))
+        max_bytes, first = data.draw(st.integers(-10, 2000)), data.draw(st.booleans())
+        loads.clear()
+        assert trimmed.read(offset, upto, max_bytes, first=first) == full.read(offset, upto, max_bytes, first=first)
+        assert len(loads) <= 1  # one load per read, however many batches it spans
+
+
+def _partition_node(tmp_path: Path, window: int, *, segment_bytes: int = 64 << 10) -> tuple[RaftNode, GroupStore,
+                                                                                         PartitionReplica]:
+    store = GroupStore(tmp_path, "never", OpenFiles())
+    store._log.segment_bytes = segment_bytes  # noqa: SLF001 - several segments for a small test
+    hs, runs, tail = store.load(window)
+    raft = RaftNode(group="p1", node_id=1, voters=(1,), config=RaftConfig(log_window_bytes=window),
+                    rng=random.Random(0), hard_state=hs, entries=tail, term_runs=runs, reader=store.read,
+                    payload_reader=store.read_payloads)
+    rep = PartitionReplica(PartitionInfo(topic="t", partition=0, group_id=1, replicas=(1,)), raft, store)
+    return raft, store, rep
+
+
+def _run(raft: RaftNode, store: GroupStore, rep: PartitionReplica) -> None:
+    while raft.has_ready():
+        rd = raft.ready()
+        store.append(rd.entries, rd.hard_state)
+        rep.apply_ready(rd)
+        raft.advance(rd)
+
+
+def test_a_fetch_of_many_trimmed_batches_is_one_pread_per_segment(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    raft, store, rep = _partition_node(tmp_path, 16 << 10)
+    raft.campaign()
+    _run(raft, store, rep)
+    batches = [_batch(k) for k in range(5000)]
+    for b in batches:  # one single-record batch per entry, as the soak's producers write
+        assert rep.append(b, parse_batches(b), 0).error_code == 0
+        _run(raft, store, rep)
+    st_ = rep.state
+    assert st_.next_offset == 5000
+    assert st_.payload_bytes <= (20 << 10) + 200 and raft.memory_bytes <= (20 << 10) + 200
+    segments = len(list(tmp_path.glob("*.seg")))
+    assert segments >= 4
+    preads = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: preads.append(n) or real(fd, n, off))
+    got = st_.read(0, st_.next_offset, 1 << 30, first=True)
+    monkeypatch.undo()
+    assert len(preads) <= segments, f"{len(preads)} preads for a fetch of 5000 batches in {segments} segments"
+    # The batches written, in order, with their offsets assigned (base offset and leader
+    # epoch, the first 16 bytes, are rewritten at append; the rest is as the client sent it).
+    hs = parse_batches(got)
+    assert [int.from_bytes(got[h.start : h.start + 8], "big") for h in hs] == list(range(5000))
+    assert [got[h.start + 16 : h.start + h.length] for h in hs] == [b[16:] for b in batches]
+    store.close()
+
+
+def test_a_restarted_partition_loads_its_window_and_serves_old_offsets(tmp_path: Path) -> None:
+    raft, store, rep = _partition_node(tmp_path, 16 << 10)
+    raft.campaign()
+    _run(raft, store, rep)
+    for k in range(3000):
+        b = _batch(k)
+        rep.append(b, parse_batches(b), 0)
+        _run(raft, store, rep)
+    before = rep.state.read(0, 3000, 1 << 30, first=True)
+    store.close()
+    raft, store, rep = _partition_node(tmp_path, 16 << 10)
+    assert raft.memory_bytes <= (16 << 10) + 200 and raft.first_in_memory > 2000
+    raft.campaign()
+    _run(raft, store, rep)  # replays the log a window per Ready, trimming as it goes
+    assert rep.state.next_offset == 3000
+    assert rep.state.payload_bytes <= (20 << 10) + 200 and raft.memory_bytes <= (20 << 10) + 200
+    assert rep.state.read(0, 3000, 1 << 30, first=True) == before
+    store.close()
+
+
+# ---- the simulation with windows small enough to trim all the time --------------------------------
+
+
+def _windowed(kwargs: dict, window: int) -> dict:
+    cfg = kwargs.get("config", RaftConfig())
+    return {**kwargs, "config": replace(cfg, log_window_bytes=window)}
+
+
+@pytest.mark.parametrize(("name", "window"), [(name, 64) for name in sorted(CONFIGS)] + [("default", 0)])
+def test_random_schedules_with_a_tiny_window(name: str, window: int) -> None:
+    results = run_many(range(50), **_windowed(CONFIGS[name], window))
+    assert_safe(results)
+    assert sum(r.reads for r in results) > len(results)  # followers and restarts did read back
+    assert sum(r.committed for r in results) > 10 * len(results)
+
+
+def test_unclean_elections_truncate_below_the_window_and_the_oracle_still_sees_the_loss() -> None:
+    # With window 0 a truncation of committed entries cuts into what was only on disk.
+    results = run_many(range(60), config=unsafe(RaftConfig(log_window_bytes=0)))
+    assert sum(r.committed_truncations for r in results) > 0
+    assert any("committed entry" in v for r in results for v in r.violations)
+
+
+def test_disk_backed_schedules_with_a_tiny_window(tmp_path: Path) -> None:
+    results = [run_schedule(s, crash_in_ready=0.03, disk=tmp_path / str(s), config=RaftConfig(log_window_bytes=64))
+               for s in range(10)]
+    assert_safe(results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_thousands_of_schedules_with_a_tiny_window(name: str) -> None:
+    assert_safe(run_many(range(2000), **_windowed(CONFIGS[name], 64)))
+
+
+def test_segment_log_reads_ranges_and_payloads_across_segments(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    log = [Entry(1 + i // 50, i + 1, bytes([i % 256]) * rng.randrange(0, 60)) for i in range(500)]
+    with SegmentLog(tmp_path, segment_bytes=1000, fsync="never") as s:
+        s.load()
+        s.append(log[:200])
+        s.append(log[200:])
+        for _ in range(500):
+            lo = rng.randrange(1, 501)
+            hi = rng.randrange(lo + 1, 502)
+            assert s.read(lo, hi) == log[lo - 1 : hi - 1]
+            assert s.read_payloads(lo, hi) == [e.data for e in log[lo - 1 : hi - 1]]
+            cap = rng.randrange(0, 400)
+            got = s.read(lo, hi, cap)
+            assert got == log[lo - 1 : lo - 1 + len(got)] and got
+            size = sum(len(e.data) for e in got)
+            assert len(got) == 1 or size - len(got[-1].data) < cap  # no more than the cap allows
+            assert size >= cap or got[-1].index == hi - 1  # and no less
+    with SegmentLog(tmp_path) as s:
+        hs, runs, tail = s.load_window(300)
+        assert runs == [(1 + 50 * t, 1 + t) for t in range(10)]
+        assert tail == log[-len(tail):] and sum(len(e.data) for e in tail[1:]) < 300 <= sum(len(e.data) for e in tail)

@@ -63,7 +63,7 @@ def drive(r: RaftNode, disk: ListDisk) -> list[Entry]:
 
 
 def single(window: int, disk: ListDisk, **kw) -> RaftNode:  # noqa: ANN003 - RaftNode's restart arguments
-    cfg = RaftConfig(log_window_bytes=window)
+    cfg = RaftConfig(log_window_bytes=window, max_append_bytes=1000)
     return RaftNode(group="g", node_id=1, voters=(1,), config=cfg, rng=random.Random(0), reader=disk.read, **kw)
 
 
@@ -112,15 +112,17 @@ def test_entries_from_is_a_contiguous_prefix_when_the_byte_cap_cuts_below_the_wi
                 assert size >= cap or got[-1].index == r.last_index, (lo, cap, size)
 
 
-def test_a_restart_replays_a_window_per_ready_and_commits_it_all() -> None:
+@pytest.mark.parametrize("window", [1000, 0])
+def test_a_restart_replays_a_window_per_ready_and_commits_it_all(window: int) -> None:
     disk = ListDisk()
-    r = single(1000, disk)
+    r = single(window, disk)
     r.campaign()
     for k in range(100):
         r.propose(b"%03d" % k + b"x" * 97)
         drive(r, disk)
-    r2 = single(1000, disk, entries=disk.log[-5:], term_runs=[(1, 1)], hard_state=HardState(1, 1, 101))
+    r2 = single(window, disk, entries=disk.log[-5:], term_runs=[(1, 1)], hard_state=HardState(1, 1, 101))
     assert r2.memory_bytes <= 500 and r2.last_index == 101
+    disk.reads.clear()
     r2.campaign()
     replayed: list[Entry] = []
     sizes = []
@@ -133,7 +135,10 @@ def test_a_restart_replays_a_window_per_ready_and_commits_it_all() -> None:
         replayed.extend(rd.committed)
         r2.advance(rd)
     assert replayed == disk.log
-    assert max(sizes) <= 1000 + 100  # the window (+ the entry reaching it) per Ready
+    # A window's worth (at least max_append_bytes, 1000) per Ready and per read: never one
+    # read per entry, even with no window at all.
+    assert max(sizes) <= 1000 + 100
+    assert len(disk.reads) <= 11, disk.reads
 
 
 def test_a_leader_caps_the_bytes_in_flight_to_a_follower() -> None:

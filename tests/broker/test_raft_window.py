@@ -334,3 +334,48 @@ def test_segment_log_reads_ranges_and_payloads_across_segments(tmp_path: Path) -
         hs, runs, tail = s.load_window(300)
         assert runs == [(1 + 50 * t, 1 + t) for t in range(10)]
         assert tail == log[-len(tail):] and sum(len(e.data) for e in tail[1:]) < 300 <= sum(len(e.data) for e in tail)
+
+
+def test_reads_beside_a_writer_thread_that_appends_rolls_and_truncates(tmp_path: Path) -> None:
+    # As in a node: the writer thread appends (rolling segments, rewriting an uncommitted
+    # suffix) while the event loop reads back committed entries, below `floor`.
+    import threading
+
+    s = SegmentLog(tmp_path, segment_bytes=2000, fsync="never")
+    s.load()
+    log = [Entry(1, i, b"%d" % i * 7) for i in range(1, 51)]
+    s.append(log)
+    floor = [50]
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        rng = random.Random(1)
+        try:
+            for term in range(2, 150):
+                cut = rng.randrange(floor[0] + 1, len(log) + 2)  # rewrite only above the floor
+                new = [Entry(term, i, b"t%d-%d" % (term, i) * 5) for i in range(cut, cut + rng.randrange(1, 30))]
+                s.append(new)
+                del log[cut - 1 :]
+                log.extend(new)
+                floor[0] = max(floor[0], len(log) - 20)  # the older ones are "committed" now
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    rng = random.Random(2)
+    reads = 0
+    while not done.is_set():
+        hi = floor[0] + 1
+        snapshot = log[: hi - 1]  # entries below the floor never change again
+        lo = rng.randrange(1, hi)
+        assert s.read(lo, hi) == snapshot[lo - 1 :]
+        assert s.read_payloads(lo, hi) == [e.data for e in snapshot[lo - 1 :]]
+        reads += 1
+    t.join()
+    assert not errors, errors
+    assert reads > 10
+    s.close()

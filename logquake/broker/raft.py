@@ -74,9 +74,11 @@ __all__ = [
     "Message",
     "MessageDecodeError",
     "MsgKind",
+    "PayloadReader",
     "RaftConfig",
     "RaftNode",
     "Ready",
+    "Reader",
     "decode_messages",
     "encode_messages",
 ]

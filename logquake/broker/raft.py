@@ -74,9 +74,11 @@ __all__ = [
     "Message",
     "MessageDecodeError",
     "MsgKind",
+    "PayloadReader",
     "RaftConfig",
     "RaftNode",
     "Ready",
+    "Reader",
     "decode_messages",
     "encode_messages",
 ]
@@ -785,14 +787,15 @@ class RaftNode:
 
     def _committed_chunk(self) -> tuple[Entry, ...]:
         """The committed entries to hand out next, marked applied. Those below the window
-        (a restart's replay) come at most `log_window_bytes` at a time, so replaying a long
-        log never holds more of it in memory; the rest follow in the next Readies."""
+        (a restart's replay) come at most `log_window_bytes` (or `max_append_bytes`, if more)
+        at a time, so replaying a long log never holds much of it in memory, yet a tiny
+        window does not mean a read per entry; the rest follow in the next Readies."""
         lo, hi = self._applied + 1, self._commit + 1
         if lo >= hi:
             return ()
         log = self._log
         if lo < log.first_in_memory:
-            out = log.slice(lo, min(hi, log.first_in_memory), max(self._window, 1))
+            out = log.slice(lo, min(hi, log.first_in_memory), max(self._window, self.cfg.max_append_bytes))
         else:
             out = log.slice(lo, hi)
         self._applied = out[-1].index

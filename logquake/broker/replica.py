@@ -210,7 +210,8 @@ class PartitionReplica(_GroupBase):
         self.state = self._new_state()
         i = 1
         while i <= upto:  # a window's worth of entries per read, not one read per entry
-            chunk = self.raft.entries_from(i, upto + 1 - i, max_bytes=max(self.raft.cfg.log_window_bytes, 1))
+            cfg = self.raft.cfg
+            chunk = self.raft.entries_from(i, upto + 1 - i, max_bytes=max(cfg.log_window_bytes, cfg.max_append_bytes))
             if not chunk:
                 break
             for e in chunk:

@@ -181,6 +181,9 @@ class SegmentLog:
         # `sync()` may run in a worker thread while the loop appends: it only snapshots state
         # (and dups the fd) under this lock, so the loop never waits for an fsync.
         self._mu = threading.Lock()
+        # Guards only the positions (segments, offsets, sizes, last index), and never across a
+        # write: `read` on the event loop must not wait for the writer thread's write.
+        self._meta = threading.Lock()
         self._hs: HardState | None = None
         self._hs_on_disk: HardState | None = None
         self._loaded = False
@@ -325,7 +328,7 @@ class SegmentLog:
         Safe from another thread than the appending one, for entries already appended: the
         positions are taken under the lock, and a later truncation only cuts above them."""
         self._check_loaded()
-        with self._mu:
+        with self._meta:
             if not 1 <= lo < hi <= self._last + 1:
                 raise ValueError(f"cannot read {lo}..{hi - 1}: the log holds 1..{self._last}")
             plan = self._read_plan(lo, hi, max_bytes)
@@ -339,7 +342,7 @@ class SegmentLog:
         cut at the positions the log already knows: no record is parsed, no Entry made. A
         fetch of many small batches below the window reads through this."""
         self._check_loaded()
-        with self._mu:
+        with self._meta:
             if not 1 <= lo < hi <= self._last + 1:
                 raise ValueError(f"cannot read {lo}..{hi - 1}: the log holds 1..{self._last}")
             plan = self._read_plan(lo, hi, None)
@@ -404,10 +407,11 @@ class SegmentLog:
         first = entries[0].index
         if first > self._last + 1 or first < 1:
             raise ValueError(f"append at {first} would leave a gap after {self._last}")
-        if first <= self._last:
-            self._truncate_from(first)
-        if not self._segments or self._segments[-1].size >= self.segment_bytes:
-            self._roll(first)
+        with self._meta:  # file metadata operations only (truncate, unlink, create): short
+            if first <= self._last:
+                self._truncate_from(first)
+            if not self._segments or self._segments[-1].size >= self.segment_bytes:
+                self._roll(first)
         seg = self._segments[-1]
         parts: list[bytes] = []
         start = pos = seg.size
@@ -431,9 +435,10 @@ class SegmentLog:
         except OSError:
             os.ftruncate(fd, start)  # e.g. ENOSPC: leave no half record behind, then fail loudly
             raise
-        seg.offsets.extend(new_offsets)
-        seg.size = pos
-        self._last = expect - 1
+        with self._meta:
+            seg.offsets.extend(new_offsets)
+            seg.size = pos
+            self._last = expect - 1
         self._dirty = True
 
     def _truncate_from(self, index: int) -> None:

@@ -63,7 +63,7 @@ def drive(r: RaftNode, disk: ListDisk) -> list[Entry]:
 
 
 def single(window: int, disk: ListDisk, **kw) -> RaftNode:  # noqa: ANN003 - RaftNode's restart arguments
-    cfg = RaftConfig(log_window_bytes=window)
+    cfg = RaftConfig(log_window_bytes=window, max_append_bytes=1000)
     return RaftNode(group="g", node_id=1, voters=(1,), config=cfg, rng=random.Random(0), reader=disk.read, **kw)
 
 
@@ -112,15 +112,17 @@ def test_entries_from_is_a_contiguous_prefix_when_the_byte_cap_cuts_below_the_wi
                 assert size >= cap or got[-1].index == r.last_index, (lo, cap, size)
 
 
-def test_a_restart_replays_a_window_per_ready_and_commits_it_all() -> None:
+@pytest.mark.parametrize("window", [1000, 0])
+def test_a_restart_replays_a_window_per_ready_and_commits_it_all(window: int) -> None:
     disk = ListDisk()
-    r = single(1000, disk)
+    r = single(window, disk)
     r.campaign()
     for k in range(100):
         r.propose(b"%03d" % k + b"x" * 97)
         drive(r, disk)
-    r2 = single(1000, disk, entries=disk.log[-5:], term_runs=[(1, 1)], hard_state=HardState(1, 1, 101))
+    r2 = single(window, disk, entries=disk.log[-5:], term_runs=[(1, 1)], hard_state=HardState(1, 1, 101))
     assert r2.memory_bytes <= 500 and r2.last_index == 101
+    disk.reads.clear()
     r2.campaign()
     replayed: list[Entry] = []
     sizes = []
@@ -133,7 +135,10 @@ def test_a_restart_replays_a_window_per_ready_and_commits_it_all() -> None:
         replayed.extend(rd.committed)
         r2.advance(rd)
     assert replayed == disk.log
-    assert max(sizes) <= 1000 + 100  # the window (+ the entry reaching it) per Ready
+    # A window's worth (at least max_append_bytes, 1000) per Ready and per read: never one
+    # read per entry, even with no window at all.
+    assert max(sizes) <= 1000 + 100
+    assert len(disk.reads) <= 11, disk.reads
 
 
 def test_a_leader_caps_the_bytes_in_flight_to_a_follower() -> None:
@@ -329,3 +334,48 @@ def test_segment_log_reads_ranges_and_payloads_across_segments(tmp_path: Path) -
         hs, runs, tail = s.load_window(300)
         assert runs == [(1 + 50 * t, 1 + t) for t in range(10)]
         assert tail == log[-len(tail):] and sum(len(e.data) for e in tail[1:]) < 300 <= sum(len(e.data) for e in tail)
+
+
+def test_reads_beside_a_writer_thread_that_appends_rolls_and_truncates(tmp_path: Path) -> None:
+    # As in a node: the writer thread appends (rolling segments, rewriting an uncommitted
+    # suffix) while the event loop reads back committed entries, below `floor`.
+    import threading
+
+    s = SegmentLog(tmp_path, segment_bytes=2000, fsync="never")
+    s.load()
+    log = [Entry(1, i, b"%d" % i * 7) for i in range(1, 51)]
+    s.append(log)
+    floor = [50]
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        rng = random.Random(1)
+        try:
+            for term in range(2, 150):
+                cut = rng.randrange(floor[0] + 1, len(log) + 2)  # rewrite only above the floor
+                new = [Entry(term, i, b"t%d-%d" % (term, i) * 5) for i in range(cut, cut + rng.randrange(1, 30))]
+                s.append(new)
+                del log[cut - 1 :]
+                log.extend(new)
+                floor[0] = max(floor[0], len(log) - 20)  # the older ones are "committed" now
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    rng = random.Random(2)
+    reads = 0
+    while not done.is_set():
+        hi = floor[0] + 1
+        snapshot = log[: hi - 1]  # entries below the floor never change again
+        lo = rng.randrange(1, hi)
+        assert s.read(lo, hi) == snapshot[lo - 1 :]
+        assert s.read_payloads(lo, hi) == [e.data for e in snapshot[lo - 1 :]]
+        reads += 1
+    t.join()
+    assert not errors, errors
+    assert reads > 10
+    s.close()

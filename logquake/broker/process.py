@@ -1,4 +1,14 @@
-"""`logquake broker`: one broker process, logging to its file and stderr, stopping on SIGTERM."""
+"""`logquake broker`: one broker process, logging to its file and stderr, stopping on SIGTERM.
+
+Opt-in diagnostics, set in the environment of whatever starts the brokers (`logquake run` passes its
+environment on):
+- LQ_BROKER_CPROFILE=<dir>: a CPU profile of the event loop, written to <dir> when the broker stops.
+- LQ_BROKER_TRACEMALLOC=<dir>: tracemalloc runs (4 frames deep) and every LQ_BROKER_TRACEMALLOC_EVERY
+  seconds (default 60) the broker writes n<id>-<pid>-<seq>.snap (a `tracemalloc.Snapshot.dump`, for
+  `Snapshot.load(...).compare_to(...)`) and n<id>-<pid>-<seq>.txt (the top allocation sites by size,
+  with the traced total, its peak and RSS) to <dir>. For finding what makes RSS grow; it slows the
+  broker down (a snapshot of a loaded broker takes seconds) and adds memory of its own.
+"""
 
 from __future__ import annotations
 
@@ -76,6 +86,7 @@ def run_broker(node_id: int, config: Path) -> int:
     except ImportError:
         runner = asyncio.run
     prof = _cpu_profiler()
+    _start_tracemalloc(node_id)
     try:
         runner(_serve(cfg))
     except OSError as e:
@@ -100,3 +111,46 @@ def _cpu_profiler():  # type: ignore[no-untyped-def]
     prof = cProfile.Profile(time.thread_time)
     prof.enable()
     return prof
+
+
+def _start_tracemalloc(node_id: int) -> None:
+    """With LQ_BROKER_TRACEMALLOC=<dir> set: start tracemalloc and a daemon thread that writes
+    snapshots to <dir> (a thread, so a blocked event loop still gets snapshotted)."""
+    out = os.environ.get("LQ_BROKER_TRACEMALLOC")
+    if not out:
+        return
+    import threading
+    import tracemalloc
+
+    every = float(os.environ.get("LQ_BROKER_TRACEMALLOC_EVERY", "60"))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    tracemalloc.start(4)
+    stem = Path(out) / f"n{node_id}-{os.getpid()}"
+    threading.Thread(target=_snapshot_loop, args=(stem, every), daemon=True, name="tracemalloc").start()
+
+
+def _rss_mb() -> float:
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def _snapshot_loop(stem: Path, every: float) -> None:
+    import time
+    import tracemalloc
+
+    seq = 0
+    while True:
+        time.sleep(every)
+        snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        snap.dump(f"{stem}-{seq:03d}.snap")
+        top = snap.statistics("lineno")
+        total = sum(s.size for s in top)
+        peak = tracemalloc.get_traced_memory()[1]
+        lines = [f"# traced {total / 1e6:.2f} MB in {sum(s.count for s in top)} blocks, peak {peak / 1e6:.2f} MB;"
+                 f" rss {_rss_mb():.1f} MB"]
+        lines += [str(s) for s in top[:40]]
+        Path(f"{stem}-{seq:03d}.txt").write_text("\n".join(lines) + "\n")
+        seq += 1

@@ -1,5 +1,8 @@
 """`logquake broker`: one broker process, logging to its file and stderr, stopping on SIGTERM.
 
+The broker runs on glibc's malloc, not pymalloc (`_use_system_malloc`); PYTHONMALLOC set to
+anything (e.g. `pymalloc`) keeps the interpreter's choice.
+
 Opt-in diagnostics, set in the environment of whatever starts the brokers (`logquake run` passes its
 environment on):
 - LQ_BROKER_CPROFILE=<dir>: a CPU profile of the event loop, written to <dir> when the broker stops.
@@ -77,6 +80,7 @@ def _stopper(node, sig):  # type: ignore[no-untyped-def]
 
 def run_broker(node_id: int, config: Path) -> int:
     """Load the config (ConfigError on a bad one), then serve until SIGTERM; returns the exit code."""
+    _use_system_malloc(node_id, config)
     cfg = load_node_config(config, node_id=node_id)
     _setup_logging(cfg)
     try:
@@ -97,6 +101,24 @@ def run_broker(node_id: int, config: Path) -> int:
             prof.disable()
             prof.dump_stats(Path(os.environ["LQ_BROKER_CPROFILE"]) / f"n{node_id}-{os.getpid()}.prof")
     return 0
+
+
+def _use_system_malloc(node_id: int, config: Path) -> None:
+    """Re-exec this broker (same pid) with PYTHONMALLOC=malloc unless PYTHONMALLOC is set.
+
+    Entry payloads are mostly under 512 bytes, so pymalloc puts them in 1 MiB arenas beside
+    long-lived small objects (batch indexes, producer states); an arena is returned to the OS
+    only when all of it is free. A restart loads every group's payload window and replays its
+    log, then idle groups let the payloads go, yet the arenas stay: measured on a copy of a
+    soak broker's data (68 groups, 20 MB), RSS 34 MB before, 72 MB after release with 15.7 MB
+    of 43 MB in arenas in use; 52 MB with glibc's malloc, whose free pages heap.py trims."""
+    if os.environ.get("PYTHONMALLOC"):
+        return
+    os.environ["PYTHONMALLOC"] = "malloc"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "logquake.broker", "--node-id", str(node_id),
+                              "--config", str(config)])
 
 
 def _cpu_profiler():  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ import socket
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -125,3 +126,15 @@ def test_sigterm_stops_cleanly(tmp_path) -> None:
         log = c.log_path(1).read_text()
         assert "received SIGTERM" in log and "node 1 stopped" in log
         assert "did not finish" not in log, "the ready loop was cut off instead of finishing its turn"
+
+
+def test_broker_runs_on_glibc_malloc_in_the_same_process(tmp_path, monkeypatch) -> None:
+    """The broker re-execs itself with PYTHONMALLOC=malloc (pymalloc's arenas kept a restarted
+    broker's replay garbage resident: process._use_system_malloc), keeping its pid, and serves."""
+    monkeypatch.delenv("PYTHONMALLOC", raising=False)
+    with LocalCluster(n=1, base_dir=tmp_path) as c:
+        c.wait_ready(timeout=60)
+        pid = c.procs[1].pid  # the pid LocalCluster spawned: exec keeps it
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert b"PYTHONMALLOC=malloc" in environ
+        assert c.stop(1, timeout=30) == 0

@@ -481,20 +481,22 @@ class Node:
         on leaves its partitions idle: a window each would be most of what was written."""
         released = False
         marks = self._group_marks
+        total = 0
         for g in self.groups.values():
             last = g.raft.last_index
+            total += last
             seen = marks.get(g.name)
             if seen is None or seen[0] != last:
                 marks[g.name] = (last, n)
             elif n - seen[1] >= IDLE_RELEASE_S:
                 released = g.release_memory() or released
-        self._maybe_trim_heap(n, force=released)
+        self._maybe_trim_heap(n, total, force=released)
 
-    def _maybe_trim_heap(self, n: int, *, force: bool = False) -> None:
+    def _maybe_trim_heap(self, n: int, mark: int, *, force: bool = False) -> None:
         """Give freed heap pages back (heap.py) once writes stop for a second or memory was
         released, and every HEAP_TRIM_EVERY_S seconds under load. Not every second: the pages
-        trimmed under a bulk write are faulted back in at once (100 MB took twice as long)."""
-        mark = sum(g.raft.last_index for g in self.groups.values())
+        trimmed under a bulk write are faulted back in at once (100 MB took twice as long).
+        `mark`: the sum of every group's last index (unchanged: nothing was written)."""
         idle = mark == self._heap_mark
         self._heap_mark = mark
         if force or (idle and mark != self._heap_trimmed_at) or n - self._heap_trim_n >= HEAP_TRIM_EVERY_S:

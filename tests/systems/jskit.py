@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from logquake.broker.localcluster import free_ports
+from logquake.cluster.shims import read_pid
 from logquake.systems.base import NodeSpec
 from logquake.systems.jetstream.server import JetStreamLifecycle, JetStreamSettings
 
@@ -49,7 +51,28 @@ def running(lc: JetStreamLifecycle, *, timeout: float = 30.0) -> Iterator[JetStr
         for s in lc.specs:
             lc.kill(s.name)
             if lc.lazyfs:  # on this machine the FUSE mount is in everyone's mount namespace
-                lc.hosts[s.name].exec(["fusermount3", "-u", s.path("data")])
+                unmount_lazyfs(lc, s)
+
+
+def unmount_lazyfs(lc: JetStreamLifecycle, spec: NodeSpec, *, attempts: int = 20) -> None:
+    """Unmount a node's LazyFS and end its process. A mount can stay busy for a moment after its
+    server died (the kernel still closing its files): retry, then detach it lazily, so a test
+    never leaves a mount (and a live LazyFS process) behind its temporary directory."""
+    host, mount = lc.hosts[spec.name], spec.path("data")
+    for _ in range(attempts):
+        if host.exec(["fusermount3", "-u", mount]).rc == 0 or not _mounted(mount):
+            break
+        time.sleep(0.1)
+    else:
+        host.exec(["fusermount3", "-u", "-z", mount])
+    pid = read_pid(host, spec.path("lazyfs.pid"))
+    if pid is not None:
+        host.signal(pid, signal.SIGKILL)
+
+
+def _mounted(path: str) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
 
 
 def stream_leader(lc: JetStreamLifecycle, stream: str) -> str:

@@ -138,6 +138,33 @@ def test_a_power_loss_reaches_the_store_and_sync_always_keeps_acked_messages(tmp
             c.close()
 
 
+@pytest.mark.skipif(not fuse_usable(), reason="LazyFS needs a usable /dev/fuse")
+def test_a_busy_lazyfs_mount_is_still_gone_after_the_test_kit_leaves(tmp_path):
+    """A file still open on the mount makes a plain unmount fail (EBUSY): the kit must not leave
+    the mount and its LazyFS process behind (it did once, under a test's temporary directory)."""
+    import contextlib
+    import os
+    import time
+
+    from logquake.cluster.shims import read_pid
+
+    lc = local_lifecycle(tmp_path, n=1, lazyfs=True)
+    with running(lc):
+        busy = open(tmp_path / "n1" / "data" / "held", "w")  # noqa: SIM115 - held across the exit
+        pid = read_pid(lc.hosts["n1"], lc.spec("n1").path("lazyfs.pid"))
+    try:
+        mount = str(tmp_path / "n1" / "data")
+        with open("/proc/self/mountinfo") as f:
+            assert not any(line.split()[4] == mount for line in f), "the mount outlived the test"
+        with pytest.raises(ProcessLookupError):  # LazyFS ended too
+            for _ in range(50):
+                os.kill(pid, 0)
+                time.sleep(0.1)
+    finally:
+        with contextlib.suppress(OSError):  # its file system is gone: ENOTCONN
+            busy.close()
+
+
 def test_the_declared_data_files_are_the_pinned_servers_stream_blocks_and_a_torn_one_restarts(tmp_path):
     from pathlib import Path
 

@@ -37,7 +37,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-from logquake.broker.heap import trim_heap
+from logquake.broker.heap import heap_figures, trim_heap
 from logquake.broker.kerrors import ErrorCode
 from logquake.broker.logstats import log_stats
 from logquake.broker.metadata import (
@@ -83,6 +83,7 @@ PID_BLOCK = 1000
 # Active segments kept open: the most recently written logs, none idle longer than this.
 OPEN_LOGS, OPEN_LOG_IDLE_S = 32, 30.0
 HEAP_TRIM_EVERY_S = 60
+MEMORY_STATS_EVERY_S = 30  # memory gauges join the stats line this often
 IDLE_RELEASE_S = 5  # a group whose log did not grow for this long releases its payload window
 
 
@@ -471,8 +472,18 @@ class Node:
                 self.stats["peer_frames"] += self.transport.frames_sent
                 self.transport.frames_sent = 0
             if n % 5 == 0 and any(self.stats.values()):
+                if n % MEMORY_STATS_EVERY_S == 0:
+                    self._memory_stats()
                 log_stats(log, self.stats)
                 self.stats.clear()
+
+    def _memory_stats(self) -> None:
+        """Gauges for the stats line: the process's resident and C-heap figures (heap.py),
+        the Raft groups held and the entry payload bytes their windows keep, so a soak's log
+        says whether RSS follows the payloads, the heap's fragmentation or something else."""
+        self.stats |= heap_figures()
+        self.stats["groups"] = len(self.groups)
+        self.stats["window_kib"] = sum(g.raft.memory_bytes for g in self.groups.values()) >> 10
 
     def _release_memory(self, n: int) -> None:
         """Groups whose log has not grown for IDLE_RELEASE_S let go of the payloads they keep

@@ -626,11 +626,12 @@ class RaftNode:
         hi = self._log.last + 1 if max_entries is None else lo + max_entries
         return self._log.slice(lo, hi, max_bytes)
 
-    def release_memory(self) -> int:
-        """Drop from memory every payload that is persisted and applied (the shell's call for
-        an idle group); returns the bytes let go. Without a reader nothing can be dropped."""
+    def release_memory(self, keep: int = 0) -> int:
+        """Drop from memory the oldest payloads that are persisted and applied until `keep`
+        bytes are held (the shell's call for an idle group, or one over the node's budget);
+        returns the bytes let go. Without a reader nothing can be dropped."""
         before = self._log.mem_bytes
-        self._log.trim(min(self._stable, self._applied), 0)
+        self._log.trim(min(self._stable, self._applied), keep)
         return before - self._log.mem_bytes
 
     def payloads(self, lo: int, hi: int) -> list[bytes]:

@@ -57,7 +57,7 @@ from pathlib import Path
 from logquake.broker.raft import Entry, HardState
 from logquake.errors import UserError
 
-__all__ = ["FSYNC_POLICIES", "DirLock", "OpenFiles", "SegmentLog", "StorageError"]
+__all__ = ["FSYNC_POLICIES", "RECORD_OVERHEAD", "DirLock", "OpenFiles", "SegmentLog", "StorageError"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ FSYNC_POLICIES = ("always", "interval", "never")
 _SUFFIX = ".seg"
 _HDR = struct.Struct("<II")  # payload length, crc32(payload)
 _META = struct.Struct("<QQ")  # term, index (start of the payload)
+RECORD_OVERHEAD = _HDR.size + _META.size  # bytes of a record besides its payload
 _HS = struct.Struct("<4sIQqQ")  # magic, crc32(rest), term, vote (-1 = none), commit
 _HS_MAGIC = b"LQHS"
 _MAX_ENTRY = 1 << 30  # a length beyond this is garbage, not an entry

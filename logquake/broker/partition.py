@@ -28,9 +28,11 @@ own older entries from disk), one call per read, and walks their batch headers.
 from __future__ import annotations
 
 import bisect
+import struct
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal, overload
 
 from logquake.broker import producer_state, txn_index
 from logquake.broker.batches import BatchInfo
@@ -52,6 +54,9 @@ __all__ = [
 KIND_RECORDS = 0x01
 RECORDS_PREFIX = bytes((KIND_RECORDS,))
 SAMPLE_BYTES = 4096  # batches whose payloads were let go: one sample per this many bytes of them
+# A v2 batch's first 43 bytes: base offset, batch length (the 12 bytes before it not counted),
+# (leader epoch, magic, crc, attributes), last offset delta, (base timestamp), max timestamp.
+_BATCH_PREFIX = struct.Struct(">qi11xi8xq")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -187,13 +192,18 @@ class PartitionState:
         t = min(t, bisect.bisect_left(self._s_bases, upto, s + 1))
         out: list[bytes] = []
         size = 0
-        for base, last, _, _, data, a, length in self._blocks(s, max(t, s + 1)):
-            if last < offset:
-                continue
-            if base >= upto or (size + length > max_bytes and (out or not first)):
-                return b"".join(out)
-            out.append(data[1 + a : 1 + a + length])
-            size += length
+        unpack, start = _BATCH_PREFIX.unpack_from, max(offset, self._s_bases[s])
+        for data in self._entries(s, max(t, s + 1)):  # _blocks' walk, inline: a fetch's hot loop
+            pos, end = 1, len(data)
+            while pos < end:
+                base, length, delta, _ = unpack(data, pos)
+                length += 12
+                if base + delta >= start:
+                    if base >= upto or (size + length > max_bytes and (out or not first)):
+                        return b"".join(out)
+                    out.append(data[pos : pos + length])
+                    size += length
+                pos += length
         if t >= n:  # read past the samples: on into the rows
             out += self._read_rows(0, upto, max_bytes - size, first=first and not out)
         return b"".join(out)
@@ -217,22 +227,34 @@ class PartitionState:
         collector, and thousands of views set off full collections (80-110 ms pauses)."""
         if s >= t:
             return
+        first_base = self._s_bases[s]
+        unpack = _BATCH_PREFIX.unpack_from  # apply checked these batches: only their headers are read
+        for index, data in self._entries(s, t, with_index=True):
+            pos, n = 1, len(data)
+            while pos < n:
+                base, length, delta, max_ts = unpack(data, pos)
+                length += 12
+                if base >= first_base:
+                    yield base, base + delta, max_ts, index, data, pos - 1, length
+                pos += length
+
+    @overload
+    def _entries(self, s: int, t: int) -> Iterator[bytes]: ...
+    @overload
+    def _entries(self, s: int, t: int, *, with_index: Literal[True]) -> Iterator[tuple[int, bytes]]: ...
+    def _entries(self, s: int, t: int, *, with_index: bool = False) -> Iterator[Any]:
+        """The RECORDS payloads (with their Raft index) of the entries of sample blocks s..t-1,
+        read back with one `loader` call."""
         if self.loader is None:
             raise RuntimeError("trimmed batches read without a loader")
         lo = self._s_indexes[s]
-        first_base = self._s_bases[s]
         if t < len(self._s_indexes):
             hi = self._s_indexes[t]
         else:
             hi = self._indexes[0] if self._indexes else self.applied_index + 1
         for index, data in enumerate(self.loader(lo, hi), lo):
-            if not data or data[0] != KIND_RECORDS:
-                continue
-            body = memoryview(data)[1:]
-            for h in parse_batches(body, verify_crc=False):
-                base = int.from_bytes(body[h.start : h.start + 8], "big", signed=True)
-                if base >= first_base:
-                    yield base, base + h.last_offset_delta, h.max_timestamp, index, data, h.start, h.length
+            if data and data[0] == KIND_RECORDS:
+                yield (index, data) if with_index else data
 
     def batches_from(self, offset: int, limit: int) -> list[tuple[int, bytes]]:
         """(last offset, bytes) of at most `limit` (>= 1) committed batches from the one holding

@@ -51,8 +51,9 @@ import time
 import zlib
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from logquake.broker.raft import Entry, HardState
 from logquake.errors import UserError
@@ -66,6 +67,7 @@ _SUFFIX = ".seg"
 _HDR = struct.Struct("<II")  # payload length, crc32(payload)
 _META = struct.Struct("<QQ")  # term, index (start of the payload)
 RECORD_OVERHEAD = _HDR.size + _META.size  # bytes of a record besides its payload
+_LEN = struct.Struct("<I")  # a record header's length alone
 _HS = struct.Struct("<4sIQqQ")  # magic, crc32(rest), term, vote (-1 = none), commit
 _HS_MAGIC = b"LQHS"
 _MAX_ENTRY = 1 << 30  # a length beyond this is garbage, not an entry
@@ -374,35 +376,38 @@ class SegmentLog:
 
         Safe from another thread than the appending one, for entries already appended: the
         positions are taken under the lock, and a later truncation only cuts above them."""
-        out: list[Entry] = []
-        self._read(lo, hi, max_bytes, lambda term, index, data: out.append(Entry(term, index, data)))
-        return out
+        return self._read(lo, hi, max_bytes, entries=True)
 
     def read_payloads(self, lo: int, hi: int) -> list[bytes]:
-        """The payloads of entries lo..hi-1, as `read` reads them, without making Entries. A
-        fetch of many small batches below the window reads through this."""
-        out: list[bytes] = []
-        self._read(lo, hi, None, lambda term, index, data: out.append(data))
-        return out
+        """The payloads of entries lo..hi-1, as `read` reads them, but only their lengths are
+        parsed and no Entry is made. A fetch of many small batches below the window reads
+        through this."""
+        return self._read(lo, hi, None, entries=False)
 
-    def _read(self, lo: int, hi: int, max_bytes: int | None, emit: _Emit) -> None:
+    def _read(self, lo: int, hi: int, max_bytes: int | None, *, entries: bool) -> list[Any]:
+        """Entries lo..hi-1 (or, with `max_bytes`, the prefix whose payloads reach it), as
+        Entries or (not `entries`) their payloads."""
         self._check_loaded()
+        out: list[Any] = []
         with self._meta:
             if not 1 <= lo < hi <= self._last + 1:
                 raise ValueError(f"cannot read {lo}..{hi - 1}: the log holds 1..{self._last}")
         budget = max_bytes
+        walk = _walk_entries if entries else _walk_payloads
         while lo < hi:
             with self._meta:
                 k = bisect.bisect_right(self._firsts, lo) - 1
                 seg = self._segments[k]
                 stop = min(hi, self._firsts[k + 1] if k + 1 < len(self._firsts) else self._last + 1)
                 first, start, end = seg.span(lo, stop, budget)
-            at, budget = _walk(_pread(seg.path, start, end), first, lo, stop, budget, seg.path, emit)
+            # Short is fine: past `stop` the writer may be cutting the file this very moment.
+            at, budget = walk(_pread(seg.path, start, end, short=True), first, lo, stop, budget, seg.path, out)
             if budget is not None and budget <= 0:
-                return
+                break
             if at == lo:
                 raise StorageError(f"{seg.path}: no record of entry {lo} at bytes {start}..{end}")
             lo = at
+        return out
 
     def _position(self, seg: _Segment, index: int) -> int:
         """Where entry `index` of `seg` starts: walked to from the sample before it."""
@@ -654,44 +659,64 @@ class _Tail:
                 self.bytes -= len(ents.popleft().data)
 
 
-def _pread(path: Path, start: int, end: int) -> bytes:
+def _pread(path: Path, start: int, end: int, *, short: bool = False) -> bytes:
+    """Bytes start..end-1 of `path`; fewer only if `short` (the file ends sooner)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         buf = os.pread(fd, end - start, start)
     finally:
         os.close(fd)
-    if len(buf) != end - start:
+    if len(buf) != end - start and not short:
         raise StorageError(f"{path}: short read of {len(buf)} of {end - start} bytes at {start}")
     return buf
 
 
-_Emit = Callable[[int, int, bytes], object]
-"""emit(term, index, payload): one entry a read walked over."""
-
-
-def _walk(buf: bytes, index: int, lo: int, stop: int, budget: int | None, path: Path,
-          emit: _Emit) -> tuple[int, int | None]:
-    """Emit the records of `buf` (whole ones, the first being entry `index`) from `lo` up to
-    `stop` or until their payloads reach `budget`; returns (next index, budget left)."""
+def _walk_entries(buf: bytes, index: int, lo: int, stop: int, budget: int | None, path: Path,
+                  out: list[Entry]) -> tuple[int, int | None]:
+    """Append to `out` the records of `buf` (whole ones, the first being entry `index`) from
+    `lo` up to `stop` or until their payloads reach `budget`; returns (next index, budget left)."""
     hdr, meta = _HDR.size, _META.size
-    unpack_hdr, unpack_meta = _HDR.unpack_from, _META.unpack_from
+    unpack_len, unpack_meta = _LEN.unpack_from, _META.unpack_from
     pos, n = 0, len(buf)
-    while index < lo:  # from the sample before `lo`: headers only
-        pos += hdr + unpack_hdr(buf, pos)[0]
+    while index < lo:  # from the sample before `lo`: lengths only
+        pos += hdr + unpack_len(buf, pos)[0]
         index += 1
-    while pos < n and index < stop:
-        length = unpack_hdr(buf, pos)[0]
+    while pos + hdr <= n and index < stop:
+        length = unpack_len(buf, pos)[0]
+        end = pos + hdr + length
+        if end > n:
+            break
         term, got = unpack_meta(buf, pos + hdr)
         if got != index:
             raise StorageError(f"{path}: record index {got} where {index} was expected")
-        end = pos + hdr + length
-        emit(term, index, buf[pos + hdr + meta : end])
+        out.append(Entry(term, index, buf[pos + hdr + meta : end]))
         index += 1
         pos = end
         if budget is not None:
             budget -= length - meta
             if budget <= 0:
                 break
+    return index, budget
+
+
+def _walk_payloads(buf: bytes, index: int, lo: int, stop: int, budget: int | None, path: Path,
+                   out: list[bytes]) -> tuple[int, int | None]:
+    """`_walk_entries` for payloads alone, with no budget: lengths are all it parses (the
+    positions and the index sequence were checked when the log was written or loaded)."""
+    hdr, skip = _HDR.size, _HDR.size + _META.size
+    unpack_len = _LEN.unpack_from
+    pos, n = 0, len(buf)
+    while index < lo:
+        pos += hdr + unpack_len(buf, pos)[0]
+        index += 1
+    append = out.append
+    while pos + hdr <= n and index < stop:
+        end = pos + hdr + unpack_len(buf, pos)[0]
+        if end > n:
+            break
+        append(buf[pos + skip : end])
+        index += 1
+        pos = end
     return index, budget
 
 

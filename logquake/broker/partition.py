@@ -324,8 +324,9 @@ class PartitionState:
         self._before_rows = ends[k - 1]
 
     def readable(self, offset: int, upto: int) -> int:
-        """Bytes `read(offset, upto, ...)` would return with no size limit; from an offset below
-        the rows, up to a block's bytes more (the sample before it is counted from)."""
+        """Bytes `read(offset, upto, ...)` would return with no size limit; below the rows, up
+        to two blocks more (counted from the sample before `offset` to the one after `upto`),
+        never 0 when there is something to read: a long poll's wake-up count."""
         if offset >= upto:
             return 0
         if self._bases and upto > self._bases[0]:

@@ -54,6 +54,7 @@ __all__ = [
 KIND_RECORDS = 0x01
 RECORDS_PREFIX = bytes((KIND_RECORDS,))
 SAMPLE_BYTES = 4096  # batches whose payloads were let go: one sample per this many bytes of them
+ROW_COST = 64  # a row's 8 columns, counted with the payloads against the window
 # A v2 batch's first 43 bytes: base offset, batch length (the 12 bytes before it not counted),
 # (leader epoch, magic, crc, attributes), last offset delta, (base timestamp), max timestamp.
 _BATCH_PREFIX = struct.Struct(">qi11xi8xq")
@@ -106,7 +107,7 @@ class PartitionState:
     _s_indexes: array[int] = field(default_factory=_col)
     _s_before: array[int] = field(default_factory=_col)  # batch bytes before the sample's batch
     _s_max_ts: array[int] = field(default_factory=_col)  # the largest max timestamp of its block
-    payload_bytes: int = 0  # bytes of the distinct entry payloads held
+    payload_bytes: int = 0  # bytes of the distinct entry payloads held, plus ROW_COST a row
     # None: hold every payload. Else trim beyond it, reading older batches through `loader`.
     payload_window: int | None = field(default=None, compare=False)
     loader: Loader | None = field(default=None, compare=False, repr=False)
@@ -292,10 +293,12 @@ class PartitionState:
         n = len(idx)
         size = self.payload_bytes
         k = 0
-        while k < n and size > window:
-            if k + 1 == n or idx[k + 1] != idx[k]:  # the entry's last batch: its payload goes
-                size -= len(pays[k])
-            k += 1
+        while k < n and size > window:  # whole entries: the rows must start one
+            j = k + 1
+            while j < n and idx[j] == idx[k]:
+                j += 1
+            size -= len(pays[k]) + ROW_COST * (j - k)
+            k = j
         self._sample_rows(k)
         for col in (self._bases, self._lasts, self._indexes, self._starts, self._lengths, self._max_ts, self._ends):
             del col[:k]
@@ -402,7 +405,7 @@ def _apply_records(state: PartitionState, index: int, data: bytes) -> ApplyResul
     body = memoryview(data)[1:]
     headers = parse_batches(body, verify_crc=False)  # the leader verified before proposing
     if headers:
-        state.payload_bytes += len(data)
+        state.payload_bytes += len(data) + ROW_COST * len(headers)
     first = state.next_offset
     for h in headers:
         base = int.from_bytes(body[h.start : h.start + 8], "big", signed=True)

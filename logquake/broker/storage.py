@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from logquake.broker.raft import Entry, HardState
+from logquake.broker.raft import ENTRY_COST, Entry, HardState
 from logquake.errors import UserError
 
 __all__ = ["FSYNC_POLICIES", "RECORD_OVERHEAD", "DirLock", "OpenFiles", "SegmentLog", "StorageError"]
@@ -653,10 +653,10 @@ class _Tail:
         self.last = index
         ents = self.entries
         ents.append(Entry(term, index, data))
-        self.bytes += len(data)
+        self.bytes += len(data) + ENTRY_COST  # as the Raft log counts its window
         if self.window is not None:
-            while len(ents) > 1 and self.bytes - len(ents[0].data) >= self.window:
-                self.bytes -= len(ents.popleft().data)
+            while len(ents) > 1 and self.bytes - len(ents[0].data) - ENTRY_COST >= self.window:
+                self.bytes -= len(ents.popleft().data) + ENTRY_COST
 
 
 def _pread(path: Path, start: int, end: int, *, short: bool = False) -> bytes:

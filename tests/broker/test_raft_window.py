@@ -19,7 +19,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logquake.broker import partition as pmod
 from logquake.broker.metadata import PartitionInfo
-from logquake.broker.raft import Entry, HardState, RaftConfig, RaftNode
+from logquake.broker.raft import ENTRY_COST, Entry, HardState, RaftConfig, RaftNode
 from logquake.broker.raftsim import Sim, heal_and_commit, run_many, run_schedule, unsafe
 from logquake.broker.records import batches_span, parse_batches, rewrite_batches
 from logquake.broker.replica import PartitionReplica
@@ -121,7 +121,7 @@ def test_a_restart_replays_a_window_per_ready_and_commits_it_all(window: int) ->
         r.propose(b"%03d" % k + b"x" * 97)
         drive(r, disk)
     r2 = single(window, disk, entries=disk.log[-5:], term_runs=[(1, 1)], hard_state=HardState(1, 1, 101))
-    assert r2.memory_bytes <= 500 and r2.last_index == 101
+    assert r2.memory_bytes <= 5 * (100 + ENTRY_COST) and r2.last_index == 101
     disk.reads.clear()
     r2.campaign()
     replayed: list[Entry] = []
@@ -350,7 +350,8 @@ def test_segment_log_reads_ranges_and_payloads_across_segments(tmp_path: Path) -
     with SegmentLog(tmp_path) as s:
         hs, runs, tail = s.load_window(300)
         assert runs == [(1 + 50 * t, 1 + t) for t in range(10)]
-        assert tail == log[-len(tail):] and sum(len(e.data) for e in tail[1:]) < 300 <= sum(len(e.data) for e in tail)
+        held = [len(e.data) + ENTRY_COST for e in tail]  # counted as the Raft log counts its window
+        assert tail == log[-len(tail):] and sum(held[1:]) < 300 <= sum(held)
 
 
 def test_reads_beside_a_writer_thread_that_appends_rolls_and_truncates(tmp_path: Path) -> None:
@@ -452,4 +453,30 @@ def test_a_partition_replica_grows_by_a_few_bytes_an_entry_past_its_window(tmp_p
         tracemalloc.stop()
     assert grown / 20_000 < 8, f"{grown / 20_000:.1f} bytes an entry"
     assert rep.state.read(0, 1, 1 << 20, first=True)[16:] == batches[0][16:]  # still read back
+    store.close()
+
+
+def test_a_window_of_small_entries_holds_about_its_size(tmp_path: Path) -> None:
+    """With 80-byte entries, what a replica holds for its windows (the Raft log's Entries and
+    the partition's rows, and the payloads of both) stays within 2.5 times the window: each
+    entry counts ENTRY_COST (and each row ROW_COST) beside its payload. Counting payloads
+    alone, a 64 KiB window held 6.9 times that."""
+    import tracemalloc
+
+    window = 64 << 10
+    raft, store, rep = _partition_node(tmp_path, window)
+    raft.campaign()
+    _run(raft, store, rep)
+    batches = [_batch(k) for k in range(3000)]  # ~80 bytes each: 3 windows' worth of payloads
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for b in batches:
+            assert rep.append(b, parse_batches(b), 0).error_code == 0
+            _run(raft, store, rep)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert raft.first_in_memory > 1000  # the window was trimmed
+    assert held <= 2.5 * window, f"{held / window:.1f} windows held"
     store.close()

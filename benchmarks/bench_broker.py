@@ -17,6 +17,9 @@ Figures (DESIGN: reported, never asserted):
   a 1-node cluster with acks=1 (the cost of replication and commit is the ratio), and the
   disk's own fdatasync'ed write rate: with all 3 replicas on one disk and fsync=always, the
   ceiling is that rate / 3, whatever the broker does.
+- catch-up read: the same messages consumed from offset 0 by one confluent-kafka consumer
+  once written, nearly all of them older than the leader's payload window (read back from
+  its segments through the sparse indexes); reference in the same run: the write rate.
 """
 
 from __future__ import annotations
@@ -75,7 +78,9 @@ def time_to_ready(base: Path, overrides: dict) -> float:
         return time.monotonic() - t0
 
 
-def throughput(base: Path, *, n_nodes: int, acks: str, messages: int, size: int, overrides: dict) -> float:
+def throughput(base: Path, *, n_nodes: int, acks: str, messages: int, size: int, overrides: dict,
+               read_back: bool = False) -> tuple[float, float | None]:
+    """Messages/s written, and with `read_back` then read from offset 0 (else None)."""
     with LocalCluster(n=n_nodes, base_dir=base, broker_overrides=overrides) as c:
         c.wait_ready(timeout=60)
         c.create_topic("bench", replication_factor=n_nodes)
@@ -104,7 +109,24 @@ def throughput(base: Path, *, n_nodes: int, acks: str, messages: int, size: int,
         dt = time.monotonic() - t0
         if errors:
             print(f"  {len(errors)} delivery errors, e.g. {errors[0]}")
-        return messages / dt
+        return messages / dt, catch_up(c.bootstrap_servers, messages + 1000) if read_back else None
+
+
+def catch_up(bootstrap: str, n: int) -> float:
+    """Messages/s of one consumer reading `n` messages of topic bench from offset 0."""
+    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": "catch-up", "enable.auto.commit": False,
+                     "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 1_048_576})
+    cons.assign([TopicPartition("bench", 0, 0)])
+    got = 0
+    t0 = time.monotonic()
+    deadline = t0 + 300
+    while got < n and time.monotonic() < deadline:
+        got += sum(m.error() is None for m in cons.consume(10_000, 1.0))
+    dt = time.monotonic() - t0
+    cons.close()
+    if got < n:
+        print(f"  catch-up read got {got} of {n} messages")
+    return got / dt
 
 
 _ECHO = """
@@ -229,20 +251,21 @@ def main() -> None:
         ready = time_to_ready(tmp_p / "ready", overrides)
         print(f"ready: {ready:.2f} s to first acks=all write (target <= 3 s); "
               f"import floor {floor:.2f} s (ratio {ready / floor:.1f}x)")
-        rate = throughput(tmp_p / "rf3", n_nodes=3, acks="all", messages=args.messages, size=args.size,
-                          overrides=overrides)
+        rate, read = throughput(tmp_p / "rf3", n_nodes=3, acks="all", messages=args.messages, size=args.size,
+                                overrides=overrides, read_back=True)
         print(f"throughput: {rate:,.0f} msg/s ({rate * args.size / 2**20:.1f} MiB/s), {args.size} B, acks=all, "
               f"RF 3, fsync {args.fsync} (target >= 50,000)")
+        print(f"catch-up read from offset 0: {read:,.0f} msg/s ({read / rate:.2f}x of the write rate)")
         if args.fsync != "never":
             disk = disk_rate(tmp_p / "disk")
             ceiling = disk * 2**20 / 3 / args.size
             print(f"disk: {disk:.0f} MiB/s with fdatasync -> ceiling {ceiling:,.0f} msg/s for 3 replicas on this disk; "
                   f"broker reaches {rate / ceiling:.2f}x of it")
-            never = throughput(tmp_p / "rf3never", n_nodes=3, acks="all", messages=args.messages, size=args.size,
+            never, _ = throughput(tmp_p / "rf3never", n_nodes=3, acks="all", messages=args.messages, size=args.size,
                                overrides={**overrides, "fsync": "never"})
             print(f"throughput with fsync never (CPU-bound): {never:,.0f} msg/s ({never / rate:.2f}x of fsync {args.fsync})")
         if not args.skip_reference:
-            ref = throughput(tmp_p / "rf1", n_nodes=1, acks="1", messages=args.messages, size=args.size,
+            ref, _ = throughput(tmp_p / "rf1", n_nodes=1, acks="1", messages=args.messages, size=args.size,
                              overrides=overrides)
             print(f"reference: {ref:,.0f} msg/s on 1 node, acks=1; RF3/acks=all is {rate / ref:.2f}x of it")
 

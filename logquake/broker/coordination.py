@@ -94,13 +94,10 @@ class FoldedShard(Generic[S]):
     def catch_up(self) -> None:
         """Fold the batches committed since the last call."""
         st = self.rep.state
-        i = st.locate(self.applied)
-        while i < len(st.batches):
-            j = min(len(st.batches), i + _FOLD_CHUNK)  # older batches are read back a chunk at a time
-            for k, data in enumerate(self.rep.read_batches(i, j), i):
+        while chunk := st.batches_from(self.applied, _FOLD_CHUNK):  # older batches come a chunk at a time
+            for last, data in chunk:
                 self.state = self._fold(self.state, data)
-                self.applied = st.batches[k].last_offset + 1
-            i = j
+                self.applied = last + 1
 
     @property
     def current(self) -> bool:

@@ -306,14 +306,12 @@ class KafkaApi:
                     elif p.timestamp == -2:  # earliest
                         off = st.log_start_offset
                     elif p.timestamp == -3:  # max timestamp (KIP-734)
-                        if st.batches:
-                            best = max(st.batches, key=lambda r: r.max_timestamp)
-                            ts, off = best.max_timestamp, best.base_offset
+                        if (best := st.max_timestamp()) is not None:
+                            ts, off = best
                     else:
                         found = st.offset_for_timestamp(p.timestamp)
                         if found is not None:
-                            off = found
-                            ts = next(r.max_timestamp for r in st.batches if r.base_offset == found)
+                            off, ts = found
                     if off >= 0 and p.timestamp != -1:
                         # Kafka's epochForOffset: the epoch that wrote the record there (a
                         # consumer validates its position with it after a leader change).

@@ -35,9 +35,10 @@ import random
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
-from logquake.broker.heap import trim_heap
+from logquake.broker.heap import heap_figures, trim_heap
 from logquake.broker.kerrors import ErrorCode
 from logquake.broker.logstats import log_stats
 from logquake.broker.metadata import (
@@ -83,7 +84,25 @@ PID_BLOCK = 1000
 # Active segments kept open: the most recently written logs, none idle longer than this.
 OPEN_LOGS, OPEN_LOG_IDLE_S = 32, 30.0
 HEAP_TRIM_EVERY_S = 60
+MEMORY_STATS_EVERY_S = 30  # memory gauges join the stats line this often
 IDLE_RELEASE_S = 5  # a group whose log did not grow for this long releases its payload window
+
+
+def window_shares(held: Sequence[int], budget: int) -> list[int | None]:
+    """What each group may keep of the payload bytes it holds (`held`) for all to fit in
+    `budget`: None (all of it) for those within an even share of what the smaller ones leave,
+    that share for the others (water-filling: small windows are never cut for big ones)."""
+    out: list[int | None] = [None] * len(held)
+    if sum(held) <= budget:
+        return out
+    left = budget
+    order = sorted(range(len(held)), key=held.__getitem__)
+    for i, k in enumerate(order):
+        share = left // (len(held) - i)
+        if held[k] > share:
+            out[k] = share
+        left -= min(held[k], share)
+    return out
 
 
 def group_name(gid: int) -> str:
@@ -471,8 +490,18 @@ class Node:
                 self.stats["peer_frames"] += self.transport.frames_sent
                 self.transport.frames_sent = 0
             if n % 5 == 0 and any(self.stats.values()):
+                if n % MEMORY_STATS_EVERY_S == 0:
+                    self._memory_stats()
                 log_stats(log, self.stats)
                 self.stats.clear()
+
+    def _memory_stats(self) -> None:
+        """Gauges for the stats line: the process's resident and C-heap figures (heap.py),
+        the Raft groups held and the entry payload bytes their windows keep, so a soak's log
+        says whether RSS follows the payloads, the heap's fragmentation or something else."""
+        self.stats |= heap_figures()
+        self.stats["groups"] = len(self.groups)
+        self.stats["window_kib"] = sum(g.raft.memory_bytes for g in self.groups.values()) >> 10
 
     def _release_memory(self, n: int) -> None:
         """Groups whose log has not grown for IDLE_RELEASE_S let go of the payloads they keep
@@ -490,7 +519,20 @@ class Node:
                 marks[g.name] = (last, n)
             elif n - seen[1] >= IDLE_RELEASE_S:
                 released = g.release_memory() or released
+        released = self._hold_to_budget() or released
         self._maybe_trim_heap(n, total, force=released)
+
+    def _hold_to_budget(self) -> bool:
+        """Keep the payloads all groups hold within `node_window_bytes` (`window_shares`). The
+        internal partitions (`__transaction_state`, `__consumer_offsets`) are never idle, and
+        a window each filled for an hour of a soak before it was bounded."""
+        groups = list(self.groups.values())
+        released = False
+        for g, keep in zip(groups, window_shares([g.raft.memory_bytes for g in groups], self.cfg.node_window_bytes),
+                           strict=True):
+            if keep is not None:
+                released = g.release_memory(keep) or released
+        return released
 
     def _maybe_trim_heap(self, n: int, mark: int, *, force: bool = False) -> None:
         """Give freed heap pages back (heap.py) once writes stop for a second or memory was

@@ -20,6 +20,8 @@ Keys (see /work/notes/interfaces.md):
     max_frame_bytes             largest Kafka request accepted                     (104857600)
     log_window_bytes            entry payloads a group keeps in memory; older ones (4194304)
                                 are read back from its segments when needed
+    node_window_bytes           entry payloads all groups together keep; the       (8388608)
+                                groups holding most are cut to an even share
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class NodeConfig:
     idle_heartbeat_ticks: int = 10
     max_frame_bytes: int = 100 * 1024 * 1024
     log_window_bytes: int = 4 << 20
+    node_window_bytes: int = 8 << 20
 
     @property
     def me(self) -> NodeAddress:
@@ -151,7 +154,8 @@ def _port(item: dict[str, Any], key: str, sub: str) -> int:
 
 _KNOWN = {"node_id", "data_dir", "log_file", "fsync", "fsync_interval_ms", "default_partitions",
           "default_replication_factor", "auto_create_topics", "unsafe", "nodes", "tick_ms",
-          "election_ticks", "heartbeat_ticks", "idle_heartbeat_ticks", "max_frame_bytes", "log_window_bytes"}
+          "election_ticks", "heartbeat_ticks", "idle_heartbeat_ticks", "max_frame_bytes", "log_window_bytes",
+          "node_window_bytes"}
 
 
 def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
@@ -188,6 +192,7 @@ def parse_node_config(raw: dict[str, Any]) -> NodeConfig:
         idle_heartbeat_ticks=_idle_heartbeat(raw, heartbeat, election),
         max_frame_bytes=_int(raw, "max_frame_bytes", 100 * 1024 * 1024, lo=1024, hi=2**31 - 1),
         log_window_bytes=_int(raw, "log_window_bytes", 4 << 20, lo=0, hi=2**40),
+        node_window_bytes=_int(raw, "node_window_bytes", 8 << 20, lo=0, hi=2**40),
     )
 
 

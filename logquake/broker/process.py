@@ -3,6 +3,10 @@
 The broker runs on glibc's malloc, not pymalloc (`_use_system_malloc`); PYTHONMALLOC set to
 anything (e.g. `pymalloc`) keeps the interpreter's choice.
 
+Always on: every 30 s the node's stats line in broker.log carries memory gauges (node.py's
+`_memory_stats`: RSS, glibc's heap in use, free and mmapped, the Raft groups held and their
+windows' bytes; traced bytes when tracemalloc runs), so a soak shows where RSS goes.
+
 Opt-in diagnostics, set in the environment of whatever starts the brokers (`logquake run` passes its
 environment on):
 - LQ_BROKER_CPROFILE=<dir>: a CPU profile of the event loop, written to <dir> when the broker stops.

@@ -216,8 +216,8 @@ class RaftConfig:
         max_inflight: appends in flight per follower before the leader waits for acks.
         max_inflight_bytes: ... and the entry bytes they may carry: a lagging follower does
             not make the leader hold (and the network buffer) more than this in appends.
-        log_window_bytes: entry payloads kept in memory, newest first; older ones (always
-            persisted and applied) are read back through the node's `reader` when needed
+        log_window_bytes: entries kept in memory (payloads plus ENTRY_COST each), newest
+            first; older ones (always persisted and applied) are read back through the node's `reader` when needed
             (a lagging follower, a restart's replay). Terms of every entry stay in memory.
             Without a reader the whole log stays in memory.
         resend_ticks: an append (or probe) unacked while a heartbeat sent this many ticks
@@ -302,13 +302,20 @@ PayloadReader = Callable[[int, int], Sequence[bytes]]
 read needs no terms, and making an Entry per record cost a fetch of small batches 5x)."""
 
 
+# What an entry held in memory costs besides its payload: the Entry (a 3-tuple), its index
+# (an int), the payload's bytes header and a list slot (~135 bytes). Counted in the window:
+# a window of 80-byte entries otherwise held nearly three times its size.
+ENTRY_COST = 128
+
+
 class _Log:
     """The Raft log: every entry's term in memory, payloads only for the newest entries.
 
     Terms are run-length encoded (`_starts[k]` is the first index of term `_terms[k]`; terms
     only grow along a log), so `term_at` and the conflict search never touch payloads and
     cost memory per term, not per entry. Entries from `_first` on are held in `_mem`; the
-    older ones were persisted and are read back through `reader`, one call per range."""
+    older ones were persisted and are read back through `reader`, one call per range.
+    `mem_bytes` counts what they hold: payloads plus ENTRY_COST each."""
 
     __slots__ = ("_starts", "_terms", "last", "_mem", "_first", "mem_bytes", "_reader", "_payload_reader")
 
@@ -376,7 +383,7 @@ class _Log:
             if not terms or e.term != terms[-1]:
                 self._starts.append(e.index)
                 terms.append(e.term)
-            size += len(e.data)
+            size += len(e.data) + ENTRY_COST
         mem.extend(entries)
         self.mem_bytes = size
         self.last = entries[-1].index
@@ -386,7 +393,7 @@ class _Log:
             self._starts.append(e.index)
             self._terms.append(e.term)
         self._mem.append(e)
-        self.mem_bytes += len(e.data)
+        self.mem_bytes += len(e.data) + ENTRY_COST
         self.last = e.index
 
     def truncate(self, index: int) -> None:
@@ -397,7 +404,7 @@ class _Log:
         if k > 0:
             dropped = self._mem[k:]
             del self._mem[k:]
-            self.mem_bytes -= sum(len(e.data) for e in dropped)
+            self.mem_bytes -= sum(len(e.data) for e in dropped) + ENTRY_COST * len(dropped)
         else:  # below the window (only after an unclean election)
             self._mem = []
             self.mem_bytes = 0
@@ -461,7 +468,7 @@ class _Log:
         size = self.mem_bytes
         k, stop = 0, min(upto - self._first + 1, len(mem))
         while k < stop and size > window:
-            size -= len(mem[k].data)
+            size -= len(mem[k].data) + ENTRY_COST
             k += 1
         if k:
             del mem[:k]
@@ -593,7 +600,8 @@ class RaftNode:
 
     @property
     def memory_bytes(self) -> int:
-        """Entry payload bytes held in memory (the window, plus what is not yet persisted)."""
+        """Bytes of the entries held in memory (the window, plus what is not yet persisted):
+        payloads plus ENTRY_COST each."""
         return self._log.mem_bytes
 
     @property
@@ -626,11 +634,12 @@ class RaftNode:
         hi = self._log.last + 1 if max_entries is None else lo + max_entries
         return self._log.slice(lo, hi, max_bytes)
 
-    def release_memory(self) -> int:
-        """Drop from memory every payload that is persisted and applied (the shell's call for
-        an idle group); returns the bytes let go. Without a reader nothing can be dropped."""
+    def release_memory(self, keep: int = 0) -> int:
+        """Drop from memory the oldest payloads that are persisted and applied until `keep`
+        bytes are held (the shell's call for an idle group, or one over the node's budget);
+        returns the bytes let go. Without a reader nothing can be dropped."""
         before = self._log.mem_bytes
-        self._log.trim(min(self._stable, self._applied), 0)
+        self._log.trim(min(self._stable, self._applied), keep)
         return before - self._log.mem_bytes
 
     def payloads(self, lo: int, hi: int) -> list[bytes]:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from logquake.broker.raft import LEADER, Entry, HardState, Message, MsgKind, RaftConfig, RaftNode, Ready
-from logquake.broker.storage import SegmentLog
+from logquake.broker.storage import RECORD_OVERHEAD, SegmentLog
 
 # What a shell may send before persisting the Ready (see raft.py's module docstring).
 _EARLY = frozenset({MsgKind.APPEND, MsgKind.HEARTBEAT, MsgKind.HEARTBEAT_RESP})
@@ -389,7 +389,7 @@ class Sim:
         """Write `entries`, then cut the segment at a random byte of what was just written."""
         store.append(entries)  # one append writes into the last segment only
         seg = store._segments[-1]  # noqa: SLF001 - our own module's internals
-        start = seg.offsets[entries[0].index - seg.first]
+        start = seg.size - sum(RECORD_OVERHEAD + len(e.data) for e in entries)
         os.truncate(seg.path, self.rng.randrange(start, seg.size))
 
     def close(self) -> None:

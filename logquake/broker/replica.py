@@ -68,9 +68,10 @@ class _GroupBase:
     def name(self) -> str:
         return self.raft.group
 
-    def release_memory(self) -> bool:
-        """Let go of every payload held that can be read back (an idle group); True if any."""
-        return self.raft.release_memory() > 0
+    def release_memory(self, keep: int = 0) -> bool:
+        """Let go of the payloads held that can be read back, the oldest first, down to `keep`
+        bytes (0: an idle group); True if any went."""
+        return self.raft.release_memory(keep) > 0
 
     def leadership_changed(self) -> bool:
         r = self.raft
@@ -96,10 +97,10 @@ class PartitionReplica(_GroupBase):
         self._persist_waiters: list[_Waiter] = []
         self._hw_waiters: list[asyncio.Future[None]] = []
 
-    def release_memory(self) -> bool:
+    def release_memory(self, keep: int = 0) -> bool:
         held = self.state.payload_bytes
-        self.state.trim(0)
-        return super().release_memory() or self.state.payload_bytes < held
+        self.state.trim(keep)
+        return super().release_memory(keep) or self.state.payload_bytes < held
 
     def _new_state(self) -> pmod.PartitionState:
         """An empty state that holds the same payload window as the Raft log (they share the
@@ -230,10 +231,6 @@ class PartitionReplica(_GroupBase):
         for f in waiters:
             if not f.done():
                 f.set_result(None)
-
-    def read_batches(self, i: int, j: int) -> list[bytes]:
-        """The bytes of committed batches i..j-1 (in `state.batches`), read in one go."""
-        return [bytes(v) for v in self.state.batch_bytes(i, j)]
 
 
 class MetadataReplica(_GroupBase):

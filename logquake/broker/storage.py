@@ -12,10 +12,16 @@ Each entry on disk is `length u32 | crc32 u32 | term u64 | index u64 | data`, wh
 counts term+index+data and the CRC (zlib.crc32) covers them. On open, `load()` re-reads every
 segment; the first record that is torn (the file ends inside it), fails its CRC or breaks the
 index sequence ends the log: the file is cut there, later segments are removed, and a warning
-says so. `load_window` scans the same way but keeps only the newest entries' payloads (and every
-term), for a node that holds a window of its log in memory and reads older entries back with
-`read`: one pread per segment a range touches, from any thread while the log is appended to. Raft then re-fetches the lost suffix from the leader (or, if this node's copy was the
-only one, the entries were never acknowledged by a majority that included it).
+says so. Raft then re-fetches the lost suffix from the leader (or, if this node's copy was the
+only one, the entries were never acknowledged by a majority that included it). `load_window`
+scans the same way but keeps only the newest entries' payloads (and every term), for a node
+that holds a window of its log in memory and reads older entries back with `read`: one pread
+per segment a range touches, from any thread while the log is appended to.
+
+Positions are sparse, as Kafka's offset index is: a segment remembers where one entry of every
+`index_bytes` (4 KiB) starts, and a read starts at the sample at or before it and walks the
+record headers from there, reading at most about `index_bytes` more than asked. A position
+per entry (8 bytes) was most of what an hour of small transactional writes left in memory.
 
 Durability: term and vote are always fsynced before `save_hard_state` returns, whatever the
 policy, because voting twice in a term breaks Raft's safety. Entries follow the policy:
@@ -47,11 +53,12 @@ from array import array
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from logquake.broker.raft import Entry, HardState
+from logquake.broker.raft import ENTRY_COST, Entry, HardState
 from logquake.errors import UserError
 
-__all__ = ["FSYNC_POLICIES", "DirLock", "OpenFiles", "SegmentLog", "StorageError"]
+__all__ = ["FSYNC_POLICIES", "RECORD_OVERHEAD", "DirLock", "OpenFiles", "SegmentLog", "StorageError"]
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +66,13 @@ FSYNC_POLICIES = ("always", "interval", "never")
 _SUFFIX = ".seg"
 _HDR = struct.Struct("<II")  # payload length, crc32(payload)
 _META = struct.Struct("<QQ")  # term, index (start of the payload)
+RECORD_OVERHEAD = _HDR.size + _META.size  # bytes of a record besides its payload
+_LEN = struct.Struct("<I")  # a record header's length alone
 _HS = struct.Struct("<4sIQqQ")  # magic, crc32(rest), term, vote (-1 = none), commit
 _HS_MAGIC = b"LQHS"
 _MAX_ENTRY = 1 << 30  # a length beyond this is garbage, not an entry
 _LOAD_CHUNK = 1 << 20  # load() reads segments through a buffer this big
+INDEX_BYTES = 4096  # one position in memory per this many bytes of a segment (Kafka's index.interval.bytes)
 
 
 class StorageError(UserError):
@@ -139,13 +149,49 @@ class OpenFiles:
 
 
 class _Segment:
-    __slots__ = ("first", "path", "offsets", "size")
+    """One segment file's sparse index: `pos[k]` is where entry `idx[k]` starts; the first
+    entry is always sampled, then the first one at least `every` bytes past the last sample."""
+
+    __slots__ = ("first", "path", "idx", "pos", "size")
 
     def __init__(self, first: int, path: Path) -> None:
         self.first = first
         self.path = path
-        self.offsets = array("Q")  # byte offset of each entry, entry `first + k` at k
+        self.idx = array("Q")
+        self.pos = array("Q")
         self.size = 0
+
+    def note(self, index: int, pos: int, every: int) -> None:
+        """Entry `index` starts at `pos` (entries are noted in order)."""
+        if not self.pos or pos - self.pos[-1] >= every:
+            self.idx.append(index)
+            self.pos.append(pos)
+
+    def cut(self, index: int) -> None:
+        """Forget the samples of entries from `index` on."""
+        j = bisect.bisect_left(self.idx, index)
+        del self.idx[j:]
+        del self.pos[j:]
+
+    def span(self, lo: int, stop: int, budget: int | None) -> tuple[int, int, int]:
+        """(index, start, end): the byte range holding entries lo..stop-1 of this segment
+        (stop: at most its last + 1), from the sample at or before `lo` (entry `index`); with
+        `budget`, ending at the first sample by which the payloads from `lo` surely reach it,
+        if that comes sooner."""
+        idx, pos = self.idx, self.pos
+        a = bisect.bisect_right(idx, lo) - 1
+        b = bisect.bisect_left(idx, stop, a)  # the first sample at or past `stop`
+        end = pos[b] if b < len(idx) else self.size
+        if budget is not None:
+            c = bisect.bisect_left(idx, lo, a, b)  # the first sample at or after `lo`
+            if c + 1 < b:  # end past c: entry idx[c] is read even when the budget is spent
+                per = _HDR.size + _META.size
+                pc, ic = pos[c], idx[c]
+                m = bisect.bisect_left(range(c + 1, b), budget,
+                                       key=lambda m: pos[m] - pc - per * (idx[m] - ic))
+                if c + 1 + m < b:
+                    end = pos[c + 1 + m]
+        return idx[a], pos[a], end
 
 
 class SegmentLog:
@@ -157,11 +203,13 @@ class SegmentLog:
         segment_bytes: roll to a new segment file once the current one reaches this size.
         lock: flock `directory`/LOCK; False when the caller holds a `DirLock` on a parent.
         files: the `OpenFiles` this log shares with others (None: it keeps its segment open).
+        index_bytes: a position is kept in memory for one entry of every this many bytes
+            (1: every entry); a read walks the headers from the nearest one before it.
     """
 
     def __init__(
         self, directory: str | os.PathLike[str], *, fsync: str = "always", segment_bytes: int = 64 << 20,
-        lock: bool = True, files: OpenFiles | None = None,
+        lock: bool = True, files: OpenFiles | None = None, index_bytes: int = INDEX_BYTES,
     ):
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
@@ -170,6 +218,7 @@ class SegmentLog:
         self.directory = Path(directory)
         self.fsync = fsync
         self.segment_bytes = segment_bytes
+        self.index_bytes = max(1, index_bytes)
         self._files = files
         self._lock = self._open_directory(lock)
         self._segments: list[_Segment] = []
@@ -230,7 +279,7 @@ class SegmentLog:
                 break
             seg = _Segment(first, path)
             clean = self._read_segment(seg, tail)
-            if seg.size or seg.offsets:
+            if seg.size:
                 self._segments.append(seg)
                 self._firsts.append(first)
             else:
@@ -276,7 +325,7 @@ class SegmentLog:
                 if index != idx:
                     problem = f"record index {index}, expected {idx}"
                     break
-                seg.offsets.append(pos)
+                seg.note(index, pos, self.index_bytes)
                 out.add(term, index, data)
                 idx += 1
                 pos = end
@@ -327,61 +376,51 @@ class SegmentLog:
 
         Safe from another thread than the appending one, for entries already appended: the
         positions are taken under the lock, and a later truncation only cuts above them."""
-        self._check_loaded()
-        with self._meta:
-            if not 1 <= lo < hi <= self._last + 1:
-                raise ValueError(f"cannot read {lo}..{hi - 1}: the log holds 1..{self._last}")
-            plan = self._read_plan(lo, hi, max_bytes)
-        out: list[Entry] = []
-        for path, first, start, end, _ in plan:
-            _parse_records(_pread(path, start, end), first, path, out)
-        return out
+        return self._read(lo, hi, max_bytes, entries=True)
 
     def read_payloads(self, lo: int, hi: int) -> list[bytes]:
-        """The payloads of entries lo..hi-1, as `read` reads them (one pread per segment), but
-        cut at the positions the log already knows: no record is parsed, no Entry made. A
-        fetch of many small batches below the window reads through this."""
+        """The payloads of entries lo..hi-1, as `read` reads them, but only their lengths are
+        parsed and no Entry is made. A fetch of many small batches below the window reads
+        through this."""
+        return self._read(lo, hi, None, entries=False)
+
+    def _read(self, lo: int, hi: int, max_bytes: int | None, *, entries: bool) -> list[Any]:
+        """Entries lo..hi-1 (or, with `max_bytes`, the prefix whose payloads reach it), as
+        Entries or (not `entries`) their payloads."""
         self._check_loaded()
+        out: list[Any] = []
         with self._meta:
             if not 1 <= lo < hi <= self._last + 1:
                 raise ValueError(f"cannot read {lo}..{hi - 1}: the log holds 1..{self._last}")
-            plan = self._read_plan(lo, hi, None)
-        out: list[bytes] = []
-        skip = _HDR.size + _META.size
-        for path, _, start, end, cuts in plan:
-            buf = _pread(path, start, end)
-            for a, b in zip(cuts, [*cuts[1:], end], strict=True):
-                out.append(buf[a - start + skip : b - start])
+        budget = max_bytes
+        walk = _walk_entries if entries else _walk_payloads
+        while lo < hi:
+            with self._meta:
+                k = bisect.bisect_right(self._firsts, lo) - 1
+                seg = self._segments[k]
+                stop = min(hi, self._firsts[k + 1] if k + 1 < len(self._firsts) else self._last + 1)
+                first, start, end = seg.span(lo, stop, budget)
+            # Short is fine: past `stop` the writer may be cutting the file this very moment.
+            at, budget = walk(_pread(seg.path, start, end, short=True), first, lo, stop, budget, seg.path, out)
+            if budget is not None and budget <= 0:
+                break
+            if at == lo:
+                raise StorageError(f"{seg.path}: no record of entry {lo} at bytes {start}..{end}")
+            lo = at
         return out
 
-    def _read_plan(self, lo: int, hi: int, max_bytes: int | None) -> list[tuple[Path, int, int, int, array]]:
-        """(segment path, first index, start byte, end byte, record offsets) per segment to read."""
-        plan = []
-        k = bisect.bisect_right(self._firsts, lo) - 1
-        per = _HDR.size + _META.size
-        idx = lo
-        while idx < hi:
-            seg = self._segments[k]
-            offs = seg.offsets
-            a, b = idx - seg.first, min(hi, seg.first + len(offs)) - seg.first
-
-            def end_of(j: int, offs: array = offs, seg: _Segment = seg) -> int:
-                return offs[j + 1] if j + 1 < len(offs) else seg.size
-
-            start = offs[a]
-            if max_bytes is not None:
-                # The first record whose payloads (from `a`) reach max_bytes ends the read.
-                j = bisect.bisect_left(range(a, b), max_bytes,
-                                       key=lambda j: end_of(j) - start - per * (j - a + 1))  # noqa: B023
-                if a + j < b:
-                    b = a + j + 1
-                    plan.append((seg.path, seg.first + a, start, end_of(b - 1), offs[a:b]))
-                    return plan
-                max_bytes -= end_of(b - 1) - start - per * (b - a)
-            plan.append((seg.path, seg.first + a, start, end_of(b - 1), offs[a:b]))
-            idx = seg.first + b
-            k += 1
-        return plan
+    def _position(self, seg: _Segment, index: int) -> int:
+        """Where entry `index` of `seg` starts: walked to from the sample before it."""
+        a = bisect.bisect_right(seg.idx, index) - 1
+        if seg.idx[a] == index:
+            return seg.pos[a]
+        end = seg.pos[a + 1] if a + 1 < len(seg.pos) else seg.size
+        buf = _pread(seg.path, seg.pos[a], end)
+        hdr, pos, at = _HDR.size, 0, seg.idx[a]
+        while at < index:
+            pos += hdr + _HDR.unpack_from(buf, pos)[0]
+            at += 1
+        return seg.pos[a] + pos
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -415,7 +454,8 @@ class SegmentLog:
         seg = self._segments[-1]
         parts: list[bytes] = []
         start = pos = seg.size
-        new_offsets = array("Q")
+        new_idx, new_pos = array("Q"), array("Q")
+        last_sample = seg.pos[-1] if seg.pos else -self.index_bytes
         expect = first
         for e in entries:
             if e.index != expect:
@@ -427,7 +467,10 @@ class SegmentLog:
             parts.append(_HDR.pack(length, zlib.crc32(data, zlib.crc32(meta))))
             parts.append(meta)
             parts.append(data)
-            new_offsets.append(pos)
+            if pos - last_sample >= self.index_bytes:
+                new_idx.append(e.index)
+                new_pos.append(pos)
+                last_sample = pos
             pos += _HDR.size + length
         fd = self._active_fd()
         try:
@@ -436,7 +479,8 @@ class SegmentLog:
             os.ftruncate(fd, start)  # e.g. ENOSPC: leave no half record behind, then fail loudly
             raise
         with self._meta:
-            seg.offsets.extend(new_offsets)
+            seg.idx.extend(new_idx)
+            seg.pos.extend(new_pos)
             seg.size = pos
             self._last = expect - 1
         self._dirty = True
@@ -457,8 +501,8 @@ class SegmentLog:
             del self._segments[k]
             del self._firsts[k]
         else:
-            seg.size = seg.offsets[cut]
-            del seg.offsets[cut:]
+            seg.size = self._position(seg, index)
+            seg.cut(index)
             os.truncate(seg.path, seg.size)
         self._dir_dirty = True
         self._dirty = True
@@ -609,37 +653,71 @@ class _Tail:
         self.last = index
         ents = self.entries
         ents.append(Entry(term, index, data))
-        self.bytes += len(data)
+        self.bytes += len(data) + ENTRY_COST  # as the Raft log counts its window
         if self.window is not None:
-            while len(ents) > 1 and self.bytes - len(ents[0].data) >= self.window:
-                self.bytes -= len(ents.popleft().data)
+            while len(ents) > 1 and self.bytes - len(ents[0].data) - ENTRY_COST >= self.window:
+                self.bytes -= len(ents.popleft().data) + ENTRY_COST
 
 
-def _pread(path: Path, start: int, end: int) -> bytes:
+def _pread(path: Path, start: int, end: int, *, short: bool = False) -> bytes:
+    """Bytes start..end-1 of `path`; fewer only if `short` (the file ends sooner)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         buf = os.pread(fd, end - start, start)
     finally:
         os.close(fd)
-    if len(buf) != end - start:
+    if len(buf) != end - start and not short:
         raise StorageError(f"{path}: short read of {len(buf)} of {end - start} bytes at {start}")
     return buf
 
 
-def _parse_records(buf: bytes, index: int, path: Path, out: list[Entry]) -> None:
-    """Append the records in `buf` (whole, the first one `index`) to `out`."""
-    mv = memoryview(buf)
+def _walk_entries(buf: bytes, index: int, lo: int, stop: int, budget: int | None, path: Path,
+                  out: list[Entry]) -> tuple[int, int | None]:
+    """Append to `out` the records of `buf` (whole ones, the first being entry `index`) from
+    `lo` up to `stop` or until their payloads reach `budget`; returns (next index, budget left)."""
     hdr, meta = _HDR.size, _META.size
+    unpack_len, unpack_meta = _LEN.unpack_from, _META.unpack_from
     pos, n = 0, len(buf)
-    while pos < n:
-        length, _ = _HDR.unpack_from(mv, pos)
-        term, got = _META.unpack_from(mv, pos + hdr)
+    while index < lo:  # from the sample before `lo`: lengths only
+        pos += hdr + unpack_len(buf, pos)[0]
+        index += 1
+    while pos + hdr <= n and index < stop:
+        length = unpack_len(buf, pos)[0]
+        end = pos + hdr + length
+        if end > n:
+            break
+        term, got = unpack_meta(buf, pos + hdr)
         if got != index:
             raise StorageError(f"{path}: record index {got} where {index} was expected")
-        end = pos + hdr + length
         out.append(Entry(term, index, buf[pos + hdr + meta : end]))
         index += 1
         pos = end
+        if budget is not None:
+            budget -= length - meta
+            if budget <= 0:
+                break
+    return index, budget
+
+
+def _walk_payloads(buf: bytes, index: int, lo: int, stop: int, budget: int | None, path: Path,
+                   out: list[bytes]) -> tuple[int, int | None]:
+    """`_walk_entries` for payloads alone, with no budget: lengths are all it parses (the
+    positions and the index sequence were checked when the log was written or loaded)."""
+    hdr, skip = _HDR.size, _HDR.size + _META.size
+    unpack_len = _LEN.unpack_from
+    pos, n = 0, len(buf)
+    while index < lo:
+        pos += hdr + unpack_len(buf, pos)[0]
+        index += 1
+    append = out.append
+    while pos + hdr <= n and index < stop:
+        end = pos + hdr + unpack_len(buf, pos)[0]
+        if end > n:
+            break
+        append(buf[pos + skip : end])
+        index += 1
+        pos = end
+    return index, budget
 
 
 def _segment_first(path: Path) -> int:

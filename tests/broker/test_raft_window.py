@@ -19,7 +19,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logquake.broker import partition as pmod
 from logquake.broker.metadata import PartitionInfo
-from logquake.broker.raft import Entry, HardState, RaftConfig, RaftNode
+from logquake.broker.raft import ENTRY_COST, Entry, HardState, RaftConfig, RaftNode
 from logquake.broker.raftsim import Sim, heal_and_commit, run_many, run_schedule, unsafe
 from logquake.broker.records import batches_span, parse_batches, rewrite_batches
 from logquake.broker.replica import PartitionReplica
@@ -121,7 +121,7 @@ def test_a_restart_replays_a_window_per_ready_and_commits_it_all(window: int) ->
         r.propose(b"%03d" % k + b"x" * 97)
         drive(r, disk)
     r2 = single(window, disk, entries=disk.log[-5:], term_runs=[(1, 1)], hard_state=HardState(1, 1, 101))
-    assert r2.memory_bytes <= 500 and r2.last_index == 101
+    assert r2.memory_bytes <= 5 * (100 + ENTRY_COST) and r2.last_index == 101
     disk.reads.clear()
     r2.campaign()
     replayed: list[Entry] = []
@@ -185,10 +185,12 @@ def _log_of(sizes: list[list[int]]) -> list[Entry]:
     return log
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(st.lists(st.integers(1, 4), max_size=3), min_size=1, max_size=40),
-       st.integers(0, 600), st.data())
-def test_a_trimmed_partition_reads_what_an_untrimmed_one_reads(sizes, window, data) -> None:
+       st.integers(0, 600), st.sampled_from([1, 150, 600, 4096]), st.data())
+def test_a_trimmed_partition_reads_what_an_untrimmed_one_reads(sizes, window, sample_bytes, data) -> None:
+    """Batches out of the window are indexed only by a sample per `sample_bytes` of them: every
+    read gives what a partition holding every payload gives, in one load."""
     log = _log_of(sizes)
     loads: list[tuple[int, int]] = []
 
@@ -196,11 +198,15 @@ def test_a_trimmed_partition_reads_what_an_untrimmed_one_reads(sizes, window, da
         loads.append((lo, hi))
         return [e.data for e in log[lo - 1 : hi - 1]]
 
-    full, trimmed = pmod.PartitionState(), pmod.PartitionState(payload_window=window, loader=loader)
+    full = pmod.PartitionState()
+    trimmed = pmod.PartitionState(payload_window=window, loader=loader, sample_bytes=sample_bytes)
     for e in log:
         for st_ in (full, trimmed):
             pmod.apply(st_, index=e.index, term=e.term, data=e.data)
+        if data.draw(st.booleans()):  # an idle group lets every payload go, at any point
+            trimmed.trim(0)
     assert trimmed.payload_bytes <= window + (window >> 2) + max(len(e.data) for e in log)
+    assert trimmed.batches == full.batches
     leo = full.next_offset
     for _ in range(8):
         offset, upto = data.draw(st.integers(0, leo)), data.draw(st.integers(0, leo + 1))
@@ -208,6 +214,17 @@ def test_a_trimmed_partition_reads_what_an_untrimmed_one_reads(sizes, window, da
         loads.clear()
         assert trimmed.read(offset, upto, max_bytes, first=first) == full.read(offset, upto, max_bytes, first=first)
         assert len(loads) <= 1  # one load per read, however many batches it spans
+        # readable below the rows counts from the sample before `offset` to the one after
+        # `upto`: never less, at most two blocks (a sample's bytes and an entry) more
+        exact, counted = full.readable(offset, upto), trimmed.readable(offset, upto)
+        assert exact <= counted <= exact + 2 * (sample_bytes + max(len(e.data) for e in log))
+        assert (counted > 0) == (exact > 0)
+        limit = data.draw(st.integers(1, 5))
+        got = trimmed.batches_from(offset, limit)
+        assert got and got == full.batches_from(offset, limit) or offset >= leo
+        ts = data.draw(st.integers(900, 1100))
+        assert trimmed.offset_for_timestamp(ts) == full.offset_for_timestamp(ts)
+    assert trimmed.max_timestamp() == full.max_timestamp()
 
 
 def _partition_node(tmp_path: Path, window: int, *, segment_bytes: int = 64 << 10) -> tuple[RaftNode, GroupStore,
@@ -333,7 +350,8 @@ def test_segment_log_reads_ranges_and_payloads_across_segments(tmp_path: Path) -
     with SegmentLog(tmp_path) as s:
         hs, runs, tail = s.load_window(300)
         assert runs == [(1 + 50 * t, 1 + t) for t in range(10)]
-        assert tail == log[-len(tail):] and sum(len(e.data) for e in tail[1:]) < 300 <= sum(len(e.data) for e in tail)
+        held = [len(e.data) + ENTRY_COST for e in tail]  # counted as the Raft log counts its window
+        assert tail == log[-len(tail):] and sum(held[1:]) < 300 <= sum(held)
 
 
 def test_reads_beside_a_writer_thread_that_appends_rolls_and_truncates(tmp_path: Path) -> None:
@@ -379,3 +397,86 @@ def test_reads_beside_a_writer_thread_that_appends_rolls_and_truncates(tmp_path:
     assert not errors, errors
     assert reads > 10
     s.close()
+
+
+def test_a_trimmed_partition_holds_well_under_a_byte_a_batch_for_old_batches() -> None:
+    """20,000 single-batch entries through a 4 KiB window: what the partition keeps for the
+    batches out of it grows by under 2 bytes a batch (a row of 7 int64 columns, 56 bytes a
+    batch for good, was most of a broker's growth through an hour of small transactions)."""
+    import tracemalloc
+
+    log = _log_of([[1]] * 20_000)
+    st_ = pmod.PartitionState(payload_window=4096, loader=lambda lo, hi: [e.data for e in log[lo - 1 : hi - 1]])
+    for e in log[:1000]:  # past the first trims and the columns' first growth
+        pmod.apply(st_, index=e.index, term=e.term, data=e.data)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for e in log[1000:]:
+            pmod.apply(st_, index=e.index, term=e.term, data=e.data)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown / 19_000 < 2, f"{grown / 19_000:.1f} bytes a batch"
+    assert st_.read(0, 3, 1 << 20, first=True) == b"".join(_log_of([[1]] * 3)[k].data[1:] for k in range(3))
+
+
+def test_a_partition_replica_grows_by_a_few_bytes_an_entry_past_its_window(tmp_path: Path) -> None:
+    """Raft log, segment log and partition state together, as a node runs them: 20,000
+    idempotent single-record entries through a 16 KiB window leave under 8 bytes an entry in
+    memory (64 before: a row per batch and a position per entry, for the log's life)."""
+    import tracemalloc
+
+    def batch(k: int) -> bytes:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=7,
+                                      producer_epoch=0, base_sequence=k, batch_size=1 << 20)
+        b.append(0, timestamp=1000 + k, key=None, value=b"v" * 60, headers=[])
+        return bytes(b.build())
+
+    raft, store, rep = _partition_node(tmp_path, 16 << 10)
+    raft.campaign()
+    _run(raft, store, rep)
+    batches = [batch(k) for k in range(25_000)]
+
+    def write(a: int, b: int) -> None:
+        for k in range(a, b):
+            assert rep.append(batches[k], parse_batches(batches[k]), 0).error_code == 0
+            _run(raft, store, rep)
+
+    write(0, 5000)  # past the first trims and the first growth of every structure
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        write(5000, 25_000)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown / 20_000 < 8, f"{grown / 20_000:.1f} bytes an entry"
+    assert rep.state.read(0, 1, 1 << 20, first=True)[16:] == batches[0][16:]  # still read back
+    store.close()
+
+
+def test_a_window_of_small_entries_holds_about_its_size(tmp_path: Path) -> None:
+    """With 80-byte entries, what a replica holds for its windows (the Raft log's Entries and
+    the partition's rows, and the payloads of both) stays within 2.5 times the window: each
+    entry counts ENTRY_COST (and each row ROW_COST) beside its payload. Counting payloads
+    alone, a 64 KiB window held 6.9 times that."""
+    import tracemalloc
+
+    window = 64 << 10
+    raft, store, rep = _partition_node(tmp_path, window)
+    raft.campaign()
+    _run(raft, store, rep)
+    batches = [_batch(k) for k in range(3000)]  # ~80 bytes each: 3 windows' worth of payloads
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for b in batches:
+            assert rep.append(b, parse_batches(b), 0).error_code == 0
+            _run(raft, store, rep)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert raft.first_in_memory > 1000  # the window was trimmed
+    assert held <= 2.5 * window, f"{held / window:.1f} windows held"
+    store.close()

@@ -36,15 +36,17 @@ class StorageModel(RuleBasedStateMachine):
         self.term = 1
         self.fsync = "always"
         self.segment_bytes = 200
+        self.index_bytes = 1
 
-    @initialize(fsync=st.sampled_from(FSYNC_POLICIES), segment_bytes=st.sampled_from([40, 200, 1 << 20]))
-    def open_all(self, fsync: str, segment_bytes: int) -> None:
-        self.fsync, self.segment_bytes = fsync, segment_bytes
+    @initialize(fsync=st.sampled_from(FSYNC_POLICIES), segment_bytes=st.sampled_from([40, 200, 1 << 20]),
+                index_bytes=st.sampled_from([1, 50, 4096]))
+    def open_all(self, fsync: str, segment_bytes: int, index_bytes: int) -> None:
+        self.fsync, self.segment_bytes, self.index_bytes = fsync, segment_bytes, index_bytes
         self.logs = [self._open(k) for k in range(LOGS)]
 
     def _open(self, k: int) -> SegmentLog:
         s = SegmentLog(self.root / f"g{k}", fsync=self.fsync, segment_bytes=self.segment_bytes,
-                       lock=False, files=self.files)
+                       lock=False, files=self.files, index_bytes=self.index_bytes)
         hs, got = s.load()
         assert hs is None
         assert got == self.model[k]
@@ -79,6 +81,26 @@ class StorageModel(RuleBasedStateMachine):
     def reopen(self, k: int) -> None:
         self.logs[k].close()
         self.logs[k] = self._open(k)
+
+    @rule(k=logs_, lo=st.integers(1, 40), n=st.integers(1, 40), max_bytes=st.none() | st.integers(0, 200))
+    def read(self, k: int, lo: int, n: int, max_bytes: int | None) -> None:
+        """A range read from the sparse positions gives the model's entries: all of them, or
+        with `max_bytes` the shortest prefix (at least one) whose payloads reach it."""
+        m = self.model[k]
+        hi = min(lo + n, len(m) + 1)
+        if lo >= hi:
+            return
+        want = m[lo - 1 : hi - 1]
+        assert self.logs[k].read_payloads(lo, hi) == [e.data for e in want]
+        if max_bytes is not None:
+            size, cut = 0, 0
+            while cut < len(want):
+                size += len(want[cut].data)
+                cut += 1
+                if size >= max_bytes:
+                    break
+            want = want[:cut]
+        assert self.logs[k].read(lo, hi, max_bytes) == want
 
     @rule(k=logs_)
     def read_beside_the_writer(self, k: int) -> None:

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from logquake.broker.localcluster import free_ports
-from logquake.broker.node import IDLE_RELEASE_S, Node
+from logquake.broker.node import IDLE_RELEASE_S, Node, window_shares
 from logquake.broker.nodeconfig import NodeAddress, NodeConfig
 
 WINDOW = 1 << 20
@@ -31,12 +32,12 @@ BOUND = WINDOW + WINDOW // 4 + (1 << 20) + 64 * 1024
 class Cluster:
     """N Nodes in one event loop on a background thread; start, stop and inspect them."""
 
-    def __init__(self, base: Path, n: int = 3) -> None:
+    def __init__(self, base: Path, n: int = 3, **cfg: Any) -> None:
         ports = free_ports(2 * n)
         addrs = tuple(NodeAddress(node_id=i + 1, host="127.0.0.1", kafka_port=ports[2 * i], raft_port=ports[2 * i + 1])
                       for i in range(n))
         self.cfgs = {a.node_id: NodeConfig(node_id=a.node_id, data_dir=base / f"n{a.node_id}", log_file=base / "log",
-                                           nodes=addrs, fsync="never", log_window_bytes=WINDOW, tick_ms=20)
+                                           nodes=addrs, fsync="never", log_window_bytes=WINDOW, tick_ms=20, **cfg)
                      for a in addrs}
         self.bootstrap = ",".join(f"127.0.0.1:{a.kafka_port}" for a in addrs)
         self.loop = asyncio.new_event_loop()
@@ -68,11 +69,11 @@ class Cluster:
         self.thread.join(10)
         self.loop.close()
 
-    def create_topic(self, name: str) -> None:
+    def create_topic(self, name: str, replicas: int = 3) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             node = next(iter(self.nodes.values()))
-            fut = asyncio.run_coroutine_threadsafe(node.create_topic(name, 1, 3, timeout=5), self.loop)
+            fut = asyncio.run_coroutine_threadsafe(node.create_topic(name, 1, replicas, timeout=5), self.loop)
             if fut.result(30)[0] == 0:
                 return
         raise AssertionError(f"topic {name} not created")
@@ -103,14 +104,18 @@ class Cluster:
         return self.call(lambda: {i: (r.raft.memory_bytes, r.state.payload_bytes) for i, r in self.replicas().items()})
 
 
-def produce(bootstrap: str, topic: str, n: int) -> None:
+def produce(bootstrap: str, topic: str | list[str], n: int) -> None:
+    """Records 0..n-1 to partition 0 of `topic` (of each of a list of topics, in turn)."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     errors: list[Any] = []
-    for k in range(n):
+    for k in range(n * (len(topic) if isinstance(topic, list) else 1)):
         value = b"%09d" % k + b"v" * (RECORD - 9)
+        if isinstance(topic, list):
+            value = b"%09d" % (k // len(topic)) + value[9:]
         while True:
             try:
-                p.produce(topic, value=value, partition=0, on_delivery=lambda e, _m: e and errors.append(e))
+                p.produce(topic[k % len(topic)] if isinstance(topic, list) else topic, value=value, partition=0,
+                          on_delivery=lambda e, _m: e and errors.append(e))
                 break
             except BufferError:
                 p.poll(0.05)
@@ -168,3 +173,37 @@ def test_memory_stays_within_the_window_and_old_offsets_read_back(tmp_path: Path
         assert consume_all(c.bootstrap, "w", n) == list(range(n))
     finally:
         c.close()
+
+
+def test_busy_groups_together_hold_at_most_the_node_budget(tmp_path: Path) -> None:
+    """Four partitions written one after the other, none idle long enough to let its window
+    go: together they keep about `node_window_bytes`, not a window each (never idle, the
+    internal partitions each filled theirs through an hour's soak)."""
+    budget = WINDOW // 2
+    c = Cluster(tmp_path, n=1, node_window_bytes=budget)
+    try:
+        c.start(1)
+        topics = [f"b{k}" for k in range(4)]
+        for t in topics:
+            c.create_topic(t, replicas=1)
+        produce(c.bootstrap, topics, WINDOW // RECORD)  # a window each, written side by side
+        node = c.nodes[1]
+
+        def held() -> int:
+            return sum(r.raft.memory_bytes for r in node.partitions.values())
+        # Well before IDLE_RELEASE_S, the budget (checked every second) has cut them.
+        c.wait(lambda: held() <= budget + (budget >> 2) + 64 * 1024, 3.0, "the windows to fit the node's budget")
+        assert consume_all(c.bootstrap, topics[0], WINDOW // RECORD) == list(range(WINDOW // RECORD))
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(("held", "budget", "want"), [
+    ([100, 200, 300], 600, [None, None, None]),  # all fit
+    ([100, 500, 900], 900, [None, 400, 400]),  # the small one stays whole
+    ([300, 300, 300], 600, [200, 200, 200]),
+    ([0, 50, 10_000, 7_000], 1000, [None, None, 475, 475]),
+    ([5, 5], 0, [0, 0]),
+])
+def test_window_shares_cut_the_biggest_to_an_even_share(held, budget, want) -> None:  # noqa: ANN001
+    assert window_shares(held, budget) == want

@@ -149,7 +149,8 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
     c_proc = array("q")  # numbered in order of appearance
     c_sends = array("q")  # its number of sends (with a table: its own s_start says)
     proc_no: dict[Any, int] = {}
-    for op in ops:
+    unfinished: list[Op] = []
+    for op in chain(ops, _never_completed(in_flight, unfinished)):
         p = op.process
         if p == NEMESIS:
             continue
@@ -180,36 +181,25 @@ def _gather(ix: QueueIndex, ops: Iterable[Op], slim: bool) -> Gathered:
         elif f in SUB_FS and (typ == OK or typ == INFO):
             events.append(op)
             ix.subs.append((len(txns), op))
-    ix.client_ops = client
-    # An op that never completed is indeterminate: Jepsen reads it as info.
-    for inv in in_flight.values():
-        if inv.f in QUEUE_FS:
-            comp = Op(
-                index=inv.index,
-                time=inv.time,
-                process=inv.process,
-                type=INFO,
-                f=inv.f,
-                value=inv.value,
-                extra={"error": "never completed"},
-            )
-            t = _txn(len(txns), comp, inv, table)
-            _parse(t, inv.value, keys, gather, writer_of, failed)
-            txns.append(t)
-            events.append(t)
-            c_kind.append(_KIND[INFO] + (inv.f == "send"))
-            if table is None:
-                c_time.append(inv.time)
-                c_inv.append(inv.time)
-                c_index.append(inv.index)
-                c_inv_index.append(inv.index)
-                c_sends.append(len(t.sends))
-            c_proc.append(proc_no.setdefault(inv.process, len(proc_no)))
+    ix.client_ops = client - len(unfinished)  # (what the history holds, not the made-up ends)
     if table is not None:
         c_time, c_inv, c_index, c_inv_index = table.time, table.inv_time, table.index, table.inv_index
         c_sends = np.diff(np.append(np.array(table.s_start, dtype=_I64), len(table.s_key)))
     ix.columns = _columns(c_kind, c_time, c_inv, c_index, c_inv_index, c_proc, c_sends, proc_no)
     return gather
+
+
+def _never_completed(in_flight: dict[Any, Op], made: list[Op]) -> Iterator[Op]:
+    """Once the history is read, a completion for each send/poll/txn op that never had one:
+    it is indeterminate, and Jepsen reads it as info. Each is added to `made`; the
+    invocation stays in `in_flight`, to be paired with it like any other."""
+    made += [
+        Op(index=inv.index, time=inv.time, process=inv.process, type=INFO, f=inv.f, value=inv.value,
+           extra={"error": "never completed"})
+        for inv in in_flight.values()
+        if inv.f in QUEUE_FS
+    ]
+    yield from made
 
 
 def _txn(tid: int, op: Op, inv: Op | None, table: TxnTable | None) -> Txn | StoredTxn:

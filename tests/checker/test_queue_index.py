@@ -9,11 +9,14 @@ using tables).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from logquake.checker import CheckOptions, check_history
 from logquake.checker.generate import simulate
-from logquake.history import Op
+from logquake.checker.queue_stream import HistoryFile
+from logquake.history import Op, write_history
 from tests.checker.histories import H, oddly_read, shift_offsets, swap_sends, with_bug
 
 
@@ -132,3 +135,23 @@ def test_lag_of_offsets_too_large_for_lists(seed: int) -> None:
     assert got["worst_realtime_lag"] == want["worst_realtime_lag"]
     assert got["realtime_lag_over_time"] == want["realtime_lag_over_time"]
     assert got["error_types"] == want["error_types"] and "analysis_errors" not in got
+
+
+@pytest.mark.parametrize("from_file", [False, True])
+def test_an_op_that_never_completed_is_an_info_op_that_may_have_committed(from_file: bool, tmp_path) -> None:
+    """Jepsen's reading of an invocation with no completion: info. Its send read by an ok
+    poll committed (no no-writer); its send nobody read is no lost write; an assign that
+    never completed is no event. Only the history's own ops are counted."""
+    h = H()
+    h.invoke(0, [("send", 1, 10)])  # never completes; read below
+    h.poll(1, {1: [(0, 10)]})
+    h.invoke(2, [("send", 1, 11)])  # never completes, never read
+    h._add(process=3, type="invoke", f="assign", value=[1])  # never completes
+    ops: Any = h.ops
+    if from_file:
+        write_history(tmp_path / "history.jsonl", h.ops)
+        ops = HistoryFile(tmp_path / "history.jsonl")
+    r = check_history(ops, CheckOptions(txn=True))
+    assert (r["valid"], r["error_types"]) == (True, [])
+    assert r["stats"] == {"client_ops": 5, "txns": 3, "keys": 1}
+    assert r["info_txn_causes"] == [{"error": "never completed", "count": 2}]

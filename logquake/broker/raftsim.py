@@ -657,8 +657,15 @@ def _random_corrupt(sim: Sim, rng: random.Random) -> None:
     if any(sim.nodes[i].repaired_term is not None for i in sim.ids):
         return
     up = [i for i in sim.up() if sim.nodes[i].log]
-    if up:
-        sim.corrupt_tail(rng.choice(up), rng.randint(1, 3))
+    lead = sim.leader()
+    if not up:
+        return
+    # The leader half the time (its newest entries were just committed), and half the time
+    # another node goes down with it: maybe the only other holder, as in the soak.
+    i = lead if lead is not None and rng.random() < 0.5 else rng.choice(up)
+    sim.corrupt_tail(i, rng.randint(1, 3))
+    if rng.random() < 0.5:
+        sim.crash(rng.choice([j for j in sim.ids if j != i]))
 
 
 def _random_pause(sim: Sim, rng: random.Random) -> None:

@@ -53,13 +53,14 @@ Rules this implementation keeps (Raft paper §5, thesis §9.6 for pre-vote and c
   cut a torn or corrupt tail on load) may have acked committed entries it no longer holds, and
   with one lagging peer it could win an election and overwrite them (Alagappan et al.,
   "Protocol-Aware Recovery for Consensus-Based Storage", FAST'18). So a node built with
-  `repaired_term` is quarantined: it neither campaigns nor grants a vote or pre-vote until its
-  log holds an entry of a term above that one (its term when the tail was lost; storage keeps
-  it across restarts until then). Only a leader of a later term
-  can have sent that entry, and by log matching our log then equals that leader's up to its
-  first entry of its term, past everything committed in terms up to ours, which is every term
-  our lost acks could have counted in (our term is durable before any ack). Like Kafka's ISR,
-  the repaired replica is electable again once caught up. The quarantine expires after
+  `repaired_term` (its term when the tail was lost; storage keeps it across restarts) is
+  quarantined: it neither campaigns nor grants a vote or pre-vote until its log holds an entry
+  of a later term. Only a leader of a later term can have sent that entry, and by log
+  matching our log then equals that leader's up to its first entry of its term, past every
+  entry committed in the terms our lost acks could have counted in (our term is durable
+  before any ack). Like Kafka's ISR, the repaired replica is electable again once caught up.
+  A follower that lost entries it acked answers heartbeats and probes with rejects, and the
+  leader then forgets its match and walks back (`_handle_reject`). The quarantine expires after
   `repair_quarantine_ticks`: without that, two repaired nodes of three (a crash mid-write, or
   unsynced pages lost on two machines) would block the group forever even when the lost
   entries were never acknowledged. The trade-off: if a repaired node's lost entries were
@@ -584,7 +585,7 @@ class RaftNode:
         self._progress: dict[int, _Progress] = {}
         self._bcast = False
         self.committed_truncations = 0  # committed entries this node lost (unclean only)
-        # Quarantine (repaired storage): the term we restarted in, None once over; ticks left.
+        # Quarantine (repaired storage): the term storage lost a tail in, None once over.
         self._quarantine_term = repaired_term
         qt = self.cfg.repair_quarantine_ticks
         self._quarantine_left = 10 * self.cfg.election_ticks if qt is None else qt

@@ -318,6 +318,8 @@ class SegmentLog:
             term = int(path.read_bytes())
         except FileNotFoundError:
             return None
+        except ValueError:  # a crash while writing it: the hard state's term is at least as late
+            term = hs.term if hs is not None else 0
         if runs and runs[-1][1] > term:
             path.unlink()
             self._dir_dirty = True

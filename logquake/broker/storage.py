@@ -324,6 +324,7 @@ class SegmentLog:
             path.unlink()
             self._dir_dirty = True
             return None
+        log.warning("%s: lost its tail in term %d and holds no later term yet: out of elections", path, term)
         return term
 
     def _drop_segments(self, paths: Sequence[Path], why: str) -> None:

@@ -223,7 +223,8 @@ class Node:
         hs, runs, entries = store.load(cfg.log_window_bytes)
         raft = RaftNode(group=name, node_id=self.id, voters=voters, config=cfg,
                         rng=random.Random(self.rng.random()), hard_state=hs, entries=entries,
-                        term_runs=runs, reader=store.read, payload_reader=store.read_payloads)
+                        term_runs=runs, reader=store.read, payload_reader=store.read_payloads,
+                        repaired_term=store.repaired_term)
         return raft, store
 
     def _open_metadata(self) -> MetadataReplica:

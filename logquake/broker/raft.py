@@ -49,6 +49,22 @@ Rules this implementation keeps (Raft paper §5, thesis §9.6 for pre-vote and c
   one place, `_log_ok`: voters then ignore log freshness, so a stale node can win and truncate
   committed entries on the others. Followers then rewind (`Ready.rewind_to`) instead of
   crashing, so the loss is observable by the history checker.
+- Repaired storage: Raft assumes a node never loses what it persisted; one that does (storage
+  cut a torn or corrupt tail on load) may have acked committed entries it no longer holds, and
+  with one lagging peer it could win an election and overwrite them (Alagappan et al.,
+  "Protocol-Aware Recovery for Consensus-Based Storage", FAST'18). So a node built with
+  `repaired_term` (its term when the tail was lost; storage keeps it across restarts) is
+  quarantined: it neither campaigns nor grants a vote or pre-vote until its log holds an entry
+  of a later term. Only a leader of a later term can have sent that entry, and by log
+  matching our log then equals that leader's up to its first entry of its term, past every
+  entry committed in the terms our lost acks could have counted in (our term is durable
+  before any ack). Like Kafka's ISR, the repaired replica is electable again once caught up.
+  A follower that lost entries it acked answers heartbeats and probes with rejects, and the
+  leader then forgets its match and walks back (`_handle_reject`). The quarantine expires after
+  `repair_quarantine_ticks`: without that, two repaired nodes of three (a crash mid-write, or
+  unsynced pages lost on two machines) would block the group forever even when the lost
+  entries were never acknowledged. The trade-off: if a repaired node's lost entries were
+  committed and every other holder stays down past the expiry, they are lost as before.
 """
 
 from __future__ import annotations
@@ -225,6 +241,9 @@ class RaftConfig:
         commit_heartbeats: a leader whose commit index advances tells every follower at once
             (a heartbeat carrying it) rather than with the next append or heartbeat, for groups
             whose followers act on what they apply (the metadata group creates partitions).
+        repair_quarantine_ticks: how long a node whose storage cut a damaged log tail at load
+            stays out of elections unless a later-term leader catches it up first (module
+            docstring, "Repaired storage"); None: 10 election timeouts, 0: no quarantine.
     """
 
     election_ticks: int = 10
@@ -240,6 +259,7 @@ class RaftConfig:
     log_window_bytes: int = 4 << 20
     resend_ticks: int = 3
     commit_heartbeats: bool = False
+    repair_quarantine_ticks: int | None = None
 
     def __post_init__(self) -> None:
         if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
@@ -259,6 +279,8 @@ class RaftConfig:
             raise ValueError(f"log_window_bytes must be >= 0, got {self.log_window_bytes}")
         if self.resend_ticks < 1:
             raise ValueError(f"resend_ticks must be >= 1, got {self.resend_ticks}")
+        if self.repair_quarantine_ticks is not None and self.repair_quarantine_ticks < 0:
+            raise ValueError(f"repair_quarantine_ticks must be >= 0, got {self.repair_quarantine_ticks}")
 
 
 class _Progress:
@@ -508,6 +530,9 @@ class RaftNode:
         payload_reader: optionally, a faster read of just the payloads (`PayloadReader`).
         applied: entries up to this index are already reflected in the state machine and are
             not delivered again in `Ready.committed` (0: replay the committed log on restart).
+        repaired_term: storage cut a damaged tail of this log when the node was in this term
+            (`SegmentLog.repaired_term`): entries it persisted, and maybe acked, are gone. The
+            node stays out of elections until caught up (module docstring, "Repaired storage").
     """
 
     def __init__(
@@ -524,6 +549,7 @@ class RaftNode:
         reader: Reader | None = None,
         payload_reader: PayloadReader | None = None,
         applied: int = 0,
+        repaired_term: int | None = None,
     ) -> None:
         if node_id not in voters:
             raise ValueError(f"node_id {node_id} is not among voters {list(voters)}")
@@ -566,6 +592,10 @@ class RaftNode:
         self._progress: dict[int, _Progress] = {}
         self._bcast = False
         self.committed_truncations = 0  # committed entries this node lost (unclean only)
+        # Quarantine (repaired storage): the term storage lost a tail in, None once over.
+        self._quarantine_term = repaired_term
+        qt = self.cfg.repair_quarantine_ticks
+        self._quarantine_left = 10 * self.cfg.election_ticks if qt is None else qt
         self._reset_timers()
 
     # ---- read-only state -------------------------------------------------------------------
@@ -597,6 +627,11 @@ class RaftNode:
     @property
     def last_term(self) -> int:
         return self._log.last_term
+
+    @property
+    def quarantined(self) -> bool:
+        """True while a repaired log keeps this node out of elections (see `repaired_term`)."""
+        return not self._may_elect()
 
     @property
     def memory_bytes(self) -> int:
@@ -667,6 +702,7 @@ class RaftNode:
             "memory_bytes": self._log.mem_bytes,
             "first_in_memory": self._log.first_in_memory,
             "committed_truncations": self.committed_truncations,
+            "quarantined": self.quarantined,
         }
         if self._role == LEADER:
             st["progress"] = {
@@ -689,14 +725,17 @@ class RaftNode:
         if self._role == LEADER:
             self._tick_leader()
             return
+        if self._quarantine_term is not None:
+            self._quarantine_left -= 1
         self._election_elapsed += 1
         if self._election_elapsed >= self._timeout:
             self._election_elapsed = 0
             self.campaign()
 
     def campaign(self) -> None:
-        """Start an election now (pre-vote first when configured). No-op for a leader."""
-        if self._role == LEADER:
+        """Start an election now (pre-vote first when configured). No-op for a leader, and
+        for a node quarantined after a repaired log."""
+        if self._role == LEADER or not self._may_elect():
             return
         if self.cfg.pre_vote:
             self._become_precandidate()
@@ -916,6 +955,17 @@ class RaftNode:
 
     # ---- voting ---------------------------------------------------------------------------
 
+    def _may_elect(self) -> bool:
+        """May this node campaign or grant a (pre-)vote? The one place the quarantine of a
+        repaired log is decided (module docstring, "Repaired storage")."""
+        q = self._quarantine_term
+        if q is None:
+            return True
+        if self._log.last_term > q or self._quarantine_left <= 0:
+            self._quarantine_term = None  # caught up by a later-term leader, or expired
+            return True
+        return False
+
     def _log_ok(self, log_term: int, index: int) -> bool:
         """Is a candidate's log at least as up to date as ours (§5.4.1)?"""
         if self.cfg.unclean_election:
@@ -931,7 +981,7 @@ class RaftNode:
             or (self._vote is None and self._leader is None)
             or (pre and m.term > self._term)
         )
-        if can_vote and self._log_ok(m.log_term, m.index):
+        if can_vote and self._log_ok(m.log_term, m.index) and self._may_elect():
             self._msgs.append(Message(resp, self.group, self.id, m.frm, m.term))
             if not pre:
                 self._election_elapsed = 0
@@ -978,8 +1028,11 @@ class RaftNode:
                 self.leadership_version += 1
             if m.commit > self._commit:
                 self._commit = min(m.commit, self._log.last)
+            # m.commit is at most what we acked: if our log ends below it, storage lost a tail
+            # we had acked, and the reject makes the leader probe us again (`_handle_reject`).
             self._msgs.append(
-                Message(MsgKind.HEARTBEAT_RESP, self.group, self.id, m.frm, self._term, index=m.index)
+                Message(MsgKind.HEARTBEAT_RESP, self.group, self.id, m.frm, self._term, index=m.index,
+                        reject=m.commit > self._log.last)
             )
 
     def _handle_append(self, m: Message) -> None:
@@ -1116,6 +1169,11 @@ class RaftNode:
                 pass
         elif k is MsgKind.HEARTBEAT_RESP:
             pr.recent_active = True
+            if m.reject and (pr.replicate or m.index - pr.probe_tick >= self.cfg.resend_ticks):
+                pr.become_probe()  # it lost entries it acked: probe at its match, to be rejected
+                self._retract_appends(m.frm)
+                self._send_append(m.frm)
+                return
             if pr.replicate:
                 if pr.inflight and m.index - pr.inflight[0][1] >= self.cfg.resend_ticks:
                     pr.become_probe()  # an append (or its answer) was lost
@@ -1138,6 +1196,11 @@ class RaftNode:
         probe = m.reject_hint
         if m.log_term > 0:
             probe = self._find_conflict_by_term(min(probe, self._log.last), m.log_term)
+        if m.index <= pr.match:
+            # Our probe at its match was rejected: the follower lost entries it had acked (its
+            # storage cut a damaged tail). Forget the match (a lower one is always safe: commit
+            # never goes back) so the probe walks back below it.
+            pr.match = 0
         pr.become_probe()
         self._retract_appends(p)
         pr.next = max(min(m.index, probe + 1), pr.match + 1)

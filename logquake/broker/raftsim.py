@@ -11,6 +11,8 @@ torn writes are then repaired on restart. Every node reads its persisted entries
 (its `reader` is its disk), so a small `RaftConfig.log_window_bytes` makes followers catch up,
 restarts replay and the oracle read through it. Time is a step counter; nothing sleeps: a 300-step
 schedule takes some 10-20 ms, so thousands run in a minute (benchmarks/bench_raft.py).
+`corrupt_tail` plays the nemesis's fault of that name: a node loses the newest entries it had
+persisted (and maybe acked) and restarts quarantined (raft.py, "Repaired storage").
 
 An oracle watches every step and records violations instead of raising, so a test can show it
 catches a deliberately unsafe configuration (`unclean_election=True`):
@@ -62,6 +64,7 @@ class SimNode:
     log: list[Entry] = field(default_factory=list)  # what it persisted
     applied: list[Entry] = field(default_factory=list)  # its state machine: committed entries in order
     pending: tuple[Ready, list[Message], int] | None = None  # a slow write: (Ready, late messages, done at)
+    repaired_term: int | None = None  # its disk lost a tail in this term (`SegmentLog.repaired_term`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,12 +157,16 @@ class Sim:
         read back from its disk when needed."""
         rng = random.Random(self.rng.getrandbits(64))
         store = self.stores.get(i)
+        node = self.nodes[i]
         if store is not None:
             hs, runs, tail = store.load_window(self.config.log_window_bytes)
             reader = store.read
+            node.repaired_term = store.repaired_term
         else:
             runs, tail = window_of(log, self.config.log_window_bytes)
             reader = functools.partial(self._read_disk, i)
+            if node.repaired_term is not None and log and log[-1].term > node.repaired_term:
+                node.repaired_term = None  # caught up by a later leader: as storage forgets it
         return RaftNode(
             group=self.group,
             node_id=i,
@@ -170,6 +177,7 @@ class Sim:
             entries=tail,
             term_runs=runs,
             reader=reader,
+            repaired_term=node.repaired_term,
         )
 
     def _read_disk(self, i: int, lo: int, hi: int, max_bytes: int | None) -> list[Entry]:
@@ -208,15 +216,28 @@ class Sim:
                 store.close()
         self.paused.pop(i, None)  # its socket and what waited in it are gone
 
-    def load(self, i: int, hard_state: HardState | None, log: Sequence[Entry]) -> None:
-        """Replace node `i`'s disk with `hard_state` and `log` and restart it (for scripted states)."""
+    def load(self, i: int, hard_state: HardState | None, log: Sequence[Entry], *,
+             repaired_term: int | None = None) -> None:
+        """Replace node `i`'s disk with `hard_state` and `log` and restart it (for scripted
+        states); `repaired_term`: as if its storage had cut a damaged tail in that term."""
         if self.disk is not None:
             raise RuntimeError("Sim.load works on the in-memory disk only")
         node = self.nodes[i]
         node.raft = None
+        node.pending = None
+        self.paused.pop(i, None)
         node.hard_state = hard_state
         node.log = list(log)
+        node.repaired_term = repaired_term
         self.restart(i)
+
+    def corrupt_tail(self, i: int, k: int) -> None:
+        """Kill node `i`, cut the newest `k` entries it persisted, restart it (the nemesis's
+        corrupt-tail: storage repairs the tail on load and reports it)."""
+        node = self.nodes[i]
+        self.crash(i)
+        hs = node.hard_state
+        self.load(i, hs, node.log[: max(0, len(node.log) - k)], repaired_term=hs.term if hs else 0)
 
     def restart(self, i: int) -> None:
         """Start node `i` again from its persisted hard state and log; it replays its log."""
@@ -536,11 +557,15 @@ def run_schedule(
     slow_write: float = 0.0,
     disk: Path | None = None,
     pause_rate: float = 0.0,
+    corrupt_rate: float = 0.0,
 ) -> SimResult:
     """One random schedule: faults and proposals for `steps`, then heal and check liveness.
 
     `disk`: persist through real `SegmentLog`s under this directory (see `Sim`).
-    `pause_rate`: per step, the chance to pause one node or all, or to resume (see `_random_pause`)."""
+    `pause_rate`: per step, the chance to pause one node or all, or to resume (see `_random_pause`).
+    `corrupt_rate`: per step, the chance that an up node loses its newest 1-3 persisted entries
+    (`Sim.corrupt_tail`), while no other node is still marked repaired: two nodes losing the
+    same acked entry is beyond what any replication protocol survives."""
     cfg = config or RaftConfig()
     sim = Sim(n=n, seed=seed, config=cfg, max_delay=max_delay, crash_in_ready=crash_in_ready,
               slow_write=slow_write, disk=disk)
@@ -550,6 +575,8 @@ def run_schedule(
             _random_fault(sim, rng, max_drop)
         if pause_rate and rng.random() < pause_rate:
             _random_pause(sim, rng)
+        if corrupt_rate and rng.random() < corrupt_rate:
+            _random_corrupt(sim, rng)
         if rng.random() < propose_rate:
             for i in sim.leaders():
                 sim.propose(f"{seed}:{t}:{i}".encode(), i)
@@ -624,6 +651,21 @@ def _random_fault(sim: Sim, rng: random.Random, max_drop: float) -> None:
         sim.heal()
     else:
         sim.drop = rng.uniform(0.0, max_drop)
+
+
+def _random_corrupt(sim: Sim, rng: random.Random) -> None:
+    if any(sim.nodes[i].repaired_term is not None for i in sim.ids):
+        return
+    up = [i for i in sim.up() if sim.nodes[i].log]
+    lead = sim.leader()
+    if not up:
+        return
+    # The leader half the time (its newest entries were just committed), and half the time
+    # another node goes down with it: maybe the only other holder, as in the soak.
+    i = lead if lead is not None and rng.random() < 0.5 else rng.choice(up)
+    sim.corrupt_tail(i, rng.randint(1, 3))
+    if rng.random() < 0.5:
+        sim.crash(rng.choice([j for j in sim.ids if j != i]))
 
 
 def _random_pause(sim: Sim, rng: random.Random) -> None:

@@ -237,6 +237,7 @@ class SegmentLog:
         self._hs_on_disk: HardState | None = None
         self._loaded = False
         self._closed = False
+        self.repaired_term: int | None = None  # see `_repair_mark`
 
     def _open_directory(self, lock: bool) -> DirLock | None:
         if lock:
@@ -269,10 +270,12 @@ class SegmentLog:
         tail = _Tail(window_bytes)
         self._segments, self._firsts = [], []
         paths = sorted(self.directory.glob("*" + _SUFFIX))
+        cut = False
         for pos, path in enumerate(paths):
             first = _segment_first(path)
             expected = tail.last + 1
             if first != expected:
+                cut = True
                 self._drop_segments(
                     paths[pos:], f"segment {path.name} starts at {first}, expected {expected}"
                 )
@@ -286,11 +289,13 @@ class SegmentLog:
                 path.unlink()
                 self._dir_dirty = True
             if not clean:
+                cut = True
                 self._drop_segments(paths[pos + 1 :], "they follow a damaged segment")
                 break
         self._last = tail.last
         self._hs = self._hs_on_disk = hs
         self._loaded = True
+        self.repaired_term = self._repair_mark(cut, hs, tail.runs)
         self._sync_dir()
         return hs, tail.runs, list(tail.entries)
 
@@ -342,6 +347,34 @@ class SegmentLog:
         )
         os.truncate(seg.path, pos)
         return False
+
+    def _repair_mark(self, cut: bool, hs: HardState | None, runs: list[tuple[int, int]]) -> int | None:
+        """The term this log lost a tail in, kept in `repaired` across restarts until the log
+        holds an entry of a later term: Raft keeps the node out of elections meanwhile (raft.py,
+        "Repaired storage"), also if it crashes again before a leader caught it up."""
+        path = self.directory / "repaired"
+        if cut:
+            term = hs.term if hs is not None else 0
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, b"%d\n" % term)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._dir_dirty = True
+            return term
+        try:
+            term = int(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValueError:  # a crash while writing it: the hard state's term is at least as late
+            term = hs.term if hs is not None else 0
+        if runs and runs[-1][1] > term:
+            path.unlink()
+            self._dir_dirty = True
+            return None
+        log.warning("%s: lost its tail in term %d and holds no later term yet: out of elections", path, term)
+        return term
 
     def _drop_segments(self, paths: Sequence[Path], why: str) -> None:
         for p in paths:

@@ -27,6 +27,11 @@ class GroupStore:
         """Hard state, every term's (first index, term) and the newest entries (`load_window`)."""
         return self._log.load_window(window_bytes)
 
+    @property
+    def repaired_term(self) -> int | None:
+        """`SegmentLog.repaired_term`: Raft's quarantine of a log that lost a tail."""
+        return self._log.repaired_term
+
     def read(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         """Persisted entries lo..hi-1 (a prefix with `max_bytes`): the Raft log's `reader`.
         Runs on the event loop: one pread per segment the range spans."""

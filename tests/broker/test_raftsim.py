@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from logquake.broker.raft import Message, MsgKind, RaftConfig, RaftNode
 from logquake.broker.raftsim import Sim, heal_and_commit, run_many, run_schedule, unsafe
 
+CORRUPT = {"config": RaftConfig(repair_quarantine_ticks=1000), "corrupt_rate": 0.1, "fault_rate": 0.1}
 CONFIGS = {
     "default": {},
     "five-nodes": {"n": 5},
@@ -29,6 +30,11 @@ CONFIGS = {
     # resume; with slow writes the leader's appends also wait behind its own write.
     "pauses": {"pause_rate": 0.03, "propose_rate": 0.6},
     "pauses-slow-writes": {"pause_rate": 0.03, "slow_write": 0.3, "propose_rate": 0.6},
+    # A node loses its newest persisted (acked) entries and restarts quarantined; here the
+    # quarantine outlasts every outage, so a holder is always back before it expires.
+    "corrupt-tail": CORRUPT,
+    # Fewer faults: a follower that lost acked entries must catch up under the same leader.
+    "corrupt-tail-steady-leader": {**CORRUPT, "corrupt_rate": 0.02, "fault_rate": 0.04},
 }
 
 
@@ -58,6 +64,11 @@ def test_unclean_election_loses_committed_entries_and_the_oracle_sees_it() -> No
     assert caught, "unclean elections never lost a committed entry in 60 schedules"
     assert any("committed entry" in v for r in caught for v in r.violations)
     assert sum(r.committed_truncations for r in results) > 0
+
+
+def test_without_the_repair_quarantine_a_corrupt_tail_loses_committed_entries() -> None:
+    results = run_many(range(60), **{**CORRUPT, "config": RaftConfig(repair_quarantine_ticks=0)})
+    assert any("lacks committed entry" in v for r in results for v in r.violations)
 
 
 def test_oracle_catches_a_node_that_votes_twice_in_a_term(monkeypatch) -> None:  # noqa: ANN001

@@ -15,7 +15,8 @@ process that lived less than half of it alone, a restarted node across its proce
 `judge`), is a least-squares slope over the last half of them above THRESHOLD_PER_HOUR times their median per hour by more than two standard errors:
 the first half is the warm-up (connections, caches, the interpreter's arenas), the last half
 is where a leak shows as a trend rather than a level, and a slope within the series' noise
-is no trend. A sawtooth (a GC, a buffer that fills and flushes) fits a slope
+is no trend. A count (descriptors, threads) must also span more than one unit in that
+half: a single step of one is a level it settled at, however clean the slope it fits. A sawtooth (a GC, a buffer that fills and flushes) fits a slope
 near zero once the window spans a few of its teeth. The history itself is recorded, not
 judged: it grows with the ops by design, and the harness's memory is what must not follow it.
 A short run judges a short window: a single extra thread over 90 s extrapolates to dozens an
@@ -47,6 +48,9 @@ HERE = Path(__file__).resolve().parent
 INTERVAL = 10.0
 THRESHOLD_PER_HOUR = 0.2  # growth by a fifth of the series' median each hour counts as unbounded
 MIN_SAMPLES = 6  # fewer main-phase samples (a broker killed soon after it started) are not judged
+# Counts move in whole units: a series of these whose last half spans one unit (threads 5 -> 6,
+# a pool starting its last worker) took one step, and one step is a level, not a trend.
+COUNTED = {"fds", "threads"}
 # JetStream refuses clock faults: nats-server reads the clock through the vDSO (systems/jetstream).
 NEMESIS = {"kafka": "partition,kill,pause,clock,disk", "jetstream": "partition,kill,pause,disk"}
 HARNESS, HISTORY = "harness", "history"
@@ -82,12 +86,15 @@ class Growth:
 
 
 def growth(series: str, times: Sequence[float], values: Sequence[float], *,
-           threshold: float = THRESHOLD_PER_HOUR) -> Growth | None:
+           threshold: float = THRESHOLD_PER_HOUR, quantum: float = 0.0) -> Growth | None:
     """Least-squares slope over the last half of the samples, per hour and relative to their
     median. It grows when the slope exceeds `threshold` x median per hour by more than two
     standard errors: a slope the series' own noise explains is not a trend (a 90 s window of
-    a descriptor count that swings by 20 fits +900 an hour either way). None when too few
-    samples to judge."""
+    a descriptor count that swings by 20 fits +900 an hour either way). A series that moves in
+    steps of `quantum` (1 for a count) must also span more than one step in that half: a single
+    step fits a slope as clean as any trend, yet two levels cannot tell a leak from a pool that
+    started its last worker (a leak of one a quarter-hour still spans two steps in half an hour).
+    None when too few samples to judge."""
     if len(times) != len(values):
         raise ValueError(f"{series}: {len(times)} times but {len(values)} values")
     if len(times) < MIN_SAMPLES:
@@ -104,7 +111,7 @@ def growth(series: str, times: Sequence[float], values: Sequence[float], *,
         relative = per_hour / median
     else:
         relative = math.inf if per_hour > 0 else 0.0
-    grows = per_hour - 2 * err_per_hour > threshold * median
+    grows = per_hour - 2 * err_per_hour > threshold * median and max(vs) - min(vs) > quantum
     return Growth(series=series, samples=len(vs), median=median, slope_per_hour=per_hour,
                   stderr_per_hour=err_per_hour, relative_per_hour=relative, grows=grows)
 
@@ -116,7 +123,9 @@ def judge(samples: Iterable[Sample], *, threshold: float = THRESHOLD_PER_HOUR) -
     broker the kill fault restarts every few minutes spends its short life warming up (reading
     its logs back, clients reconnecting), and that climb extrapolated to an hour is no trend.
     A node whose process was restarted is judged as well across its processes (pid `*`), a
-    sawtooth whose teeth rise only when what each new process must hold keeps growing."""
+    sawtooth whose teeth rise only when what each new process must hold keeps growing; each
+    process's first sample is left out of that series, taken within one interval of its start
+    (a broker sampled with 1 thread of its 5), not of the level its teeth are judged by."""
     main = sorted((s for s in samples if s.phase == MAIN and s.process != HISTORY), key=lambda s: s.t)
     if not main:
         return []
@@ -126,14 +135,18 @@ def judge(samples: Iterable[Sample], *, threshold: float = THRESHOLD_PER_HOUR) -
     for s in main:
         series.setdefault((s.process, str(s.pid), s.metric), []).append(s)
         pids.setdefault(s.process, set()).add(s.pid)
+    seen: set[tuple[str, int, str]] = set()
     for s in main:
-        if len(pids[s.process]) > 1:
+        first = (s.process, s.pid, s.metric) not in seen  # sampled as it started: threads 1, no heap yet
+        seen.add((s.process, s.pid, s.metric))
+        if len(pids[s.process]) > 1 and not first:
             series.setdefault((s.process, "*", s.metric), []).append(s)
     out = []
     for (process, pid, metric), got in sorted(series.items()):
         if got[-1].t - got[0].t < span / 2:
             continue
-        g = growth(f"{process}[{pid}] {metric}", [s.t for s in got], [s.value for s in got], threshold=threshold)
+        g = growth(f"{process}[{pid}] {metric}", [s.t for s in got], [s.value for s in got], threshold=threshold,
+                   quantum=1.0 if metric in COUNTED else 0.0)
         if g is not None:
             out.append(g)
     return out

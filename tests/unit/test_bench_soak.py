@@ -84,6 +84,32 @@ def test_too_few_samples_are_not_judged_and_a_zero_median_rising_grows() -> None
         growth("x", _times(6), [1.0] * 5)
 
 
+def test_one_step_of_a_count_is_a_level_but_a_staircase_grows() -> None:
+    # A broker's threads: 5 until a pool starts its last worker 40 minutes in, then 6.
+    step = [5.0 if t < 2400 else 6.0 for t in _times()]
+    assert growth("threads", _times(), step).grows  # a clean step fits a clean slope...
+    assert not growth("threads", _times(), step, quantum=1.0).grows  # ...but it is one step
+    stairs = [5.0 + t // 600 for t in _times()]  # one more every 10 minutes
+    assert growth("threads", _times(), stairs, quantum=1.0).grows
+    samples = [Sample(t=t, phase=MAIN, process="n5/broker", pid=9, metric=m, value=v)
+               for t, v in zip(_times(), step, strict=True) for m in ("threads", "rss_mb")]
+    assert [g.series for g in judge(samples) if g.grows] == ["n5/broker[9] rss_mb"]  # MB are no count
+
+
+def test_a_restarted_process_sampled_as_it_starts_is_judged_by_its_level() -> None:
+    # A broker killed every 10 minutes runs 5 threads, 6 once its pool is full; the sample right
+    # after a restart catches it with 1. The last two lived long enough to fill their pools:
+    # a rise that fits a slope, but each process is 5 then 6, as the first ones were.
+    def sample(t: float, lift: float = 0.0) -> Sample:
+        pid = int(t // 600)
+        age = t - 600 * pid
+        value = 1.0 if age < 10 else 6.0 if pid >= 4 or age > 500 else 5.0
+        return Sample(t=t, phase=MAIN, process="n5/broker", pid=pid, metric="threads", value=value + lift * pid)
+    assert not any(g.grows for g in judge([sample(t) for t in _times()]))
+    leak = [sample(t, lift=1.0) for t in _times()]  # each new process starts one thread higher
+    assert [g.series for g in judge(leak) if g.grows] == ["n5/broker[*] threads"]
+
+
 def _samples() -> list[Sample]:
     rng = random.Random(4)
     out = []

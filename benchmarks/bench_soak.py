@@ -12,13 +12,15 @@ self-contained), DIR/soak.svg (a small static figure) and the run's own director
 
 Growth without bound, judged per process and metric over the samples of the main phase (a
 process that lived less than half of it alone, a restarted node across its processes: see
-`judge`), is a least-squares slope over the last half of them above THRESHOLD_PER_HOUR times their median per hour by more than two standard errors:
-the first half is the warm-up (connections, caches, the interpreter's arenas), the last half
-is where a leak shows as a trend rather than a level, and a slope within the series' noise
-is no trend. A count (descriptors, threads) must also span more than one unit in that
-half: a single step of one is a level it settled at, however clean the slope it fits. A sawtooth (a GC, a buffer that fills and flushes) fits a slope
-near zero once the window spans a few of its teeth. The history itself is recorded, not
-judged: it grows with the ops by design, and the harness's memory is what must not follow it.
+`judge`), is a least-squares slope over the last half of them above THRESHOLD_PER_HOUR times
+their median per hour by more than two standard errors: the first half is the warm-up
+(connections, caches, the interpreter's arenas), the last half is where a leak shows as a trend
+rather than a level, and a slope within the series' noise is no trend. A count (descriptors,
+threads) must also span more than one unit in that half: a single step of one is a level it
+settled at, however clean the slope it fits. A sawtooth (a GC, a buffer that fills and flushes)
+fits a slope near zero once the window spans a few of its teeth. The history itself is
+recorded, not judged: it grows with the ops by design, and the harness's memory is what must
+not follow it.
 A short run judges a short window: a single extra thread over 90 s extrapolates to dozens an
 hour, so read a `--quick` run's failures as leads, the hour-long one as the verdict.
 

@@ -508,11 +508,14 @@ class Node:
         """Groups whose log has not grown for IDLE_RELEASE_S let go of the payloads they keep
         in memory for fetches and followers (read back from disk if asked for again); then
         the heap gives freed pages back. A run that writes each key to its own topic and moves
-        on leaves its partitions idle: a window each would be most of what was written."""
+        on leaves its partitions idle: a window each would be most of what was written.
+        One walk over the groups a second gathers what the budget and the heap trim need."""
         released = False
         marks = self._group_marks
         total = 0
-        for g in self.groups.values():
+        groups = list(self.groups.values())
+        held = []
+        for g in groups:
             last = g.raft.last_index
             total += last
             seen = marks.get(g.name)
@@ -520,17 +523,17 @@ class Node:
                 marks[g.name] = (last, n)
             elif n - seen[1] >= IDLE_RELEASE_S:
                 released = g.release_memory() or released
-        released = self._hold_to_budget() or released
+            held.append(g.raft.memory_bytes)
+        released = self._hold_to_budget(groups, held) or released
         self._maybe_trim_heap(n, total, force=released)
 
-    def _hold_to_budget(self) -> bool:
-        """Keep the payloads all groups hold within `node_window_bytes` (`window_shares`). The
-        internal partitions (`__transaction_state`, `__consumer_offsets`) are never idle, and
-        a window each filled for an hour of a soak before it was bounded."""
-        groups = list(self.groups.values())
+    def _hold_to_budget(self, groups: list[Any], held: list[int]) -> bool:
+        """Keep the payloads all groups hold (`held`, each group's after any idle release)
+        within `node_window_bytes` (`window_shares`). The internal partitions
+        (`__transaction_state`, `__consumer_offsets`) are never idle, and a window each filled
+        for an hour of a soak before it was bounded."""
         released = False
-        for g, keep in zip(groups, window_shares([g.raft.memory_bytes for g in groups], self.cfg.node_window_bytes),
-                           strict=True):
+        for g, keep in zip(groups, window_shares(held, self.cfg.node_window_bytes), strict=True):
             if keep is not None:
                 released = g.release_memory(keep) or released
         return released

@@ -54,11 +54,12 @@ Rules this implementation keeps (Raft paper §5, thesis §9.6 for pre-vote and c
   with one lagging peer it could win an election and overwrite them (Alagappan et al.,
   "Protocol-Aware Recovery for Consensus-Based Storage", FAST'18). So a node built with
   `repaired_term` (its term when the tail was lost; storage keeps it across restarts) is
-  quarantined: it neither campaigns nor grants a vote or pre-vote until its log holds an entry
-  of a later term. Only a leader of a later term can have sent that entry, and by log
-  matching our log then equals that leader's up to its first entry of its term, past every
-  entry committed in the terms our lost acks could have counted in (our term is durable
-  before any ack). Like Kafka's ISR, the repaired replica is electable again once caught up.
+  quarantined: it neither campaigns nor grants a vote or pre-vote until it appends an entry
+  of a later term (`_append_from_leader`; reads never end it). Only a leader of a later term
+  can have sent that entry, and by log matching our log then equals that leader's up to its
+  first entry of its term, past every entry committed in the terms our lost acks could have
+  counted in (our term is durable before any ack; a later truncation removes only what was
+  never committed). Like Kafka's ISR, the repaired replica is electable again once caught up.
   A follower that lost entries it acked answers heartbeats and probes with rejects, and the
   leader then forgets its match and walks back (`_handle_reject`). The quarantine expires after
   `repair_quarantine_ticks`: without that, two repaired nodes of three (a crash mid-write, or
@@ -593,9 +594,10 @@ class RaftNode:
         self._bcast = False
         self.committed_truncations = 0  # committed entries this node lost (unclean only)
         # Quarantine (repaired storage): the term storage lost a tail in, None once over.
-        self._quarantine_term = repaired_term
         qt = self.cfg.repair_quarantine_ticks
         self._quarantine_left = 10 * self.cfg.election_ticks if qt is None else qt
+        caught_up = repaired_term is not None and log.last_term > repaired_term
+        self._quarantine_term = None if caught_up or self._quarantine_left <= 0 else repaired_term
         self._reset_timers()
 
     # ---- read-only state -------------------------------------------------------------------
@@ -631,7 +633,7 @@ class RaftNode:
     @property
     def quarantined(self) -> bool:
         """True while a repaired log keeps this node out of elections (see `repaired_term`)."""
-        return not self._may_elect()
+        return self._quarantine_term is not None
 
     @property
     def memory_bytes(self) -> int:
@@ -727,6 +729,8 @@ class RaftNode:
             return
         if self._quarantine_term is not None:
             self._quarantine_left -= 1
+            if self._quarantine_left <= 0:
+                self._quarantine_term = None  # expired (module docstring, "Repaired storage")
         self._election_elapsed += 1
         if self._election_elapsed >= self._timeout:
             self._election_elapsed = 0
@@ -957,14 +961,9 @@ class RaftNode:
 
     def _may_elect(self) -> bool:
         """May this node campaign or grant a (pre-)vote? The one place the quarantine of a
-        repaired log is decided (module docstring, "Repaired storage")."""
-        q = self._quarantine_term
-        if q is None:
-            return True
-        if self._log.last_term > q or self._quarantine_left <= 0:
-            self._quarantine_term = None  # caught up by a later-term leader, or expired
-            return True
-        return False
+        repaired log is read (module docstring, "Repaired storage"); it ends in
+        `_append_from_leader` (caught up) or `tick` (expired), never on a read."""
+        return self._quarantine_term is None
 
     def _log_ok(self, log_term: int, index: int) -> bool:
         """Is a candidate's log at least as up to date as ours (§5.4.1)?"""
@@ -1069,11 +1068,16 @@ class RaftNode:
             i = e.index
             if i > n:
                 log.append(ents[j:])
-                return
+                break
             if log.term_at(i) != e.term:
                 self._truncate(i)
                 log.append(ents[j:])
-                return
+                break
+        q = self._quarantine_term
+        if q is not None and log.last_term > q:
+            # Only a leader of a later term sent this: log matching makes us its copy up to
+            # here, past what our lost acks counted for. A later truncation cannot undo that.
+            self._quarantine_term = None
 
     def _truncate(self, index: int) -> None:
         """Drop the log from `index` on (a conflicting suffix)."""

@@ -15,6 +15,7 @@ to the high watermark, past open transactions.
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -44,12 +45,32 @@ class AbortedTxn:
     last_offset: int  # the offset of its ABORT marker
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class TxnIndex:
-    """Open transactions (producer id -> first offset) and aborted ones, by marker offset."""
+    """Open transactions (producer id -> first offset) and aborted ones, by marker offset.
+
+    The aborted index is the first `_n` items of `_log`, a list shared by every index that
+    extends another: an abort appends to it in place when its index is the newest one to
+    have grown it (the case of a partition applying its log), and copies only when an older
+    index grows a branch. So an abort costs O(1), not a copy of every abort before it
+    (quadratic over a long run), and every index still sees exactly its own prefix."""
 
     open: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
-    aborted: tuple[AbortedTxn, ...] = ()
+    _log: list[AbortedTxn] = field(default_factory=list, repr=False)
+    _n: int = 0
+
+    @property
+    def aborted(self) -> tuple[AbortedTxn, ...]:
+        """The aborted transactions in marker order (a copy: for tests and diagnostics)."""
+        return tuple(self._log[: self._n])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TxnIndex):
+            return NotImplemented
+        return self.open == other.open and self._n == other._n and self._log[: self._n] == other._log[: other._n]
+
+    def __hash__(self) -> int:  # consistent with __eq__; lets EMPTY be a dataclass default
+        return hash((self._n, len(self.open)))
 
 
 EMPTY = TxnIndex()
@@ -63,19 +84,21 @@ def apply_batch(index: TxnIndex, info: BatchInfo) -> TxnIndex:
         return index
     opened = dict(index.open)
     opened[info.producer_id] = info.first_offset
-    return TxnIndex(open=MappingProxyType(opened), aborted=index.aborted)
+    return TxnIndex(open=MappingProxyType(opened), _log=index._log, _n=index._n)
 
 
 def _close(index: TxnIndex, marker: BatchInfo) -> TxnIndex:
     first = index.open.get(marker.producer_id)
     if first is None:
         return index  # a marker for a transaction with no data here (e.g. a retried marker)
-    opened = {pid: off for pid, off in index.open.items() if pid != marker.producer_id}
-    aborted = index.aborted
-    if not marker.control_commit:
-        aborted += (AbortedTxn(producer_id=marker.producer_id, first_offset=first,
-                               last_offset=marker.first_offset),)
-    return TxnIndex(open=MappingProxyType(opened), aborted=aborted)
+    opened = MappingProxyType({pid: off for pid, off in index.open.items() if pid != marker.producer_id})
+    if marker.control_commit:
+        return TxnIndex(open=opened, _log=index._log, _n=index._n)
+    log, n = index._log, index._n
+    if n == 0 or len(log) != n:  # a fresh list (never EMPTY's), or a branch off an older index
+        log = log[:n]
+    log.append(AbortedTxn(producer_id=marker.producer_id, first_offset=first, last_offset=marker.first_offset))
+    return TxnIndex(open=opened, _log=log, _n=n + 1)
 
 
 def last_stable_offset(index: TxnIndex, high_watermark: int) -> int:
@@ -96,5 +119,6 @@ def aborted_between(index: TxnIndex, start: int, end: int) -> tuple[AbortedTxn, 
     Markers are appended in offset order, so `aborted` is sorted by last offset and those
     ending before `start` are skipped by bisection.
     """
-    lo = bisect.bisect_left(index.aborted, start, key=lambda a: a.last_offset)
-    return tuple(a for a in index.aborted[lo:] if a.first_offset < end)
+    log, n = index._log, index._n
+    lo = bisect.bisect_left(log, start, hi=n, key=lambda a: a.last_offset)
+    return tuple(a for a in itertools.islice(log, lo, n) if a.first_offset < end)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 
 import pytest
 
-from logquake.broker.raft import Entry, HardState, RaftConfig
+from logquake.broker.raft import Entry, HardState, Message, MsgKind, RaftConfig, RaftNode
 from logquake.broker.raftsim import Sim, heal_and_commit
 from logquake.broker.storage import SegmentLog
 
@@ -98,6 +99,46 @@ def test_a_follower_that_lost_acked_entries_catches_up_under_the_same_leader(idl
     assert sim.leader() == 1 and sim.raft(1).term == 1
     assert sim.raft(3).quarantined  # caught up, but nothing of a later term proves it yet
     assert not sim.violations, sim.violations
+
+
+def _read(r: RaftNode) -> bool:
+    """`quarantined` and `status()` read, checking that neither changed the node."""
+    before = dict(vars(r))
+    q = r.quarantined
+    assert r.status()["quarantined"] == q
+    changed = {k: (v, vars(r)[k]) for k, v in before.items() if vars(r)[k] != v}
+    assert not changed, f"reading quarantined/status changed {changed}"
+    return q
+
+
+@pytest.mark.parametrize("ticks", [LONG.repair_quarantine_ticks, 40])  # caught up; expired
+def test_reading_quarantined_or_status_never_changes_the_node(ticks: int) -> None:
+    sim = Sim(n=3, seed=1, config=RaftConfig(repair_quarantine_ticks=ticks))
+    _commit_on_two_then_lose_it_on_the_leader(sim)
+    seen = []
+    for t in range(400):
+        if t == 100:
+            sim.restart(2)
+        sim.run(1)
+        seen.append(_read(sim.raft(1)))
+    assert seen[0] and not seen[-1]  # the quarantine ended in between, at a tick or a step
+
+
+@pytest.mark.parametrize("peek", [False, True])
+def test_a_later_term_entry_ends_the_quarantine_when_appended(peek: bool) -> None:
+    # Leader 1 of term 3 sends node 3 an entry of term 3: node 3 is that leader's copy up to
+    # it, so caught up. Leader 2 of term 4 then replaces it with an older-term entry; whether
+    # anyone looked at `quarantined` in between must not decide node 3's fate.
+    r = RaftNode(group="g", node_id=3, voters=(1, 2, 3), config=LONG, rng=random.Random(3),
+                 hard_state=HardState(2, None, 3), entries=[Entry(t, i, b"e") for i, t in ((1, 1), (2, 2), (3, 2))],
+                 repaired_term=2)
+    assert r.quarantined
+    r.step(Message(MsgKind.APPEND, "g", 1, 3, 3, log_term=2, index=3, entries=(Entry(3, 4, b"new"),), commit=3))
+    if peek:
+        assert not r.quarantined
+    r.step(Message(MsgKind.APPEND, "g", 2, 3, 4, log_term=2, index=3, entries=(Entry(2, 4, b"old"),), commit=3))
+    assert r.last_term == 2 and r.term == 4
+    assert not r.quarantined
 
 
 def test_storage_remembers_a_cut_tail_across_restarts_until_a_later_term_reaches_it(tmp_path, caplog) -> None:  # noqa: ANN001

@@ -2,11 +2,13 @@
 from one log and given back on its next append) against plain lists of entries.
 
 Rules append (past the end or over a suffix, so truncating within and across segments), sync,
-reopen a log (close, then load it again) and read a log's directory afresh while its writer
-stays open; every read must give exactly the model's list."""
+reopen a log (close, then load it again), tear bytes off its newest segment and reload it,
+and read a log's directory afresh while its writer stays open; every read must give exactly
+the model's list."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -81,6 +83,23 @@ class StorageModel(RuleBasedStateMachine):
     def reopen(self, k: int) -> None:
         self.logs[k].close()
         self.logs[k] = self._open(k)
+
+    @rule(k=logs_, cut=st.integers(1, 80))
+    def tear(self, k: int, cut: int) -> None:
+        """A crash tore the last `cut` bytes off the newest segment: the reload keeps a prefix
+        of the log (every whole record), and reads and appends go on from the repaired end."""
+        self.logs[k].close()
+        segs = sorted((self.root / f"g{k}").glob("*.seg"))
+        if segs:
+            size = segs[-1].stat().st_size
+            os.truncate(segs[-1], max(0, size - cut))
+        s = SegmentLog(self.root / f"g{k}", fsync=self.fsync, segment_bytes=self.segment_bytes,
+                       lock=False, files=self.files, index_bytes=self.index_bytes)
+        _, got = s.load()
+        m = self.model[k]
+        assert got == m[: len(got)] and (len(got) < len(m) or not segs or cut == 0)
+        self.model[k] = got
+        self.logs[k] = s
 
     @rule(k=logs_, lo=st.integers(1, 40), n=st.integers(1, 40), max_bytes=st.none() | st.integers(0, 200))
     def read(self, k: int, lo: int, n: int, max_bytes: int | None) -> None:

@@ -4,7 +4,7 @@ model of a whole transactional cluster in miniature (coordinator + partitions + 
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -165,6 +165,66 @@ def test_index_transcript_lso_and_aborted_list() -> None:
     assert ti.aborted_between(idx, 5, 6) == idx.aborted
     idx2 = ti.apply_batch(idx, marker(9, 0, 7, commit=False))  # a marker with no data here
     assert idx2 == idx
+
+
+def _aborted_oracle(batches: list[BatchInfo]) -> list[ti.AbortedTxn]:
+    """The aborted index replayed plainly: each ABORT closes its producer's open transaction."""
+    opened: dict[int, int] = {}
+    out = []
+    for b in batches:
+        if not b.is_control:
+            opened.setdefault(b.producer_id, b.first_offset)
+        elif b.producer_id in opened:
+            first = opened.pop(b.producer_id)
+            if not b.control_commit:
+                out.append(ti.AbortedTxn(producer_id=b.producer_id, first_offset=first, last_offset=b.first_offset))
+    return out
+
+
+# A step: (producer 1-3, True for a data batch, commit if a marker, which earlier index to extend).
+steps = st.lists(st.tuples(st.integers(1, 3), st.booleans(), st.booleans(), st.integers(0, 5)), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps, st.data())
+def test_every_index_keeps_its_own_aborted_list_when_later_ones_grow(script, picks) -> None:
+    """Indexes are values: extending the newest or a branch off an older one (the shared list
+    is appended in place only by its newest index) never changes what another one lists."""
+    kept = [(ti.EMPTY, [])]  # (index, the batches it was built from)
+    for pid, is_data, commit, back in script:
+        idx, batches = kept[max(0, len(kept) - 1 - back)]
+        offset = len(batches)
+        b = data(pid, 0, offset, offset) if is_data else marker(pid, 0, offset, commit)
+        kept.append((ti.apply_batch(idx, b), [*batches, b]))
+    for idx, batches in kept:
+        want = _aborted_oracle(batches)
+        assert list(idx.aborted) == want
+        start, end = picks.draw(st.integers(0, len(batches))), picks.draw(st.integers(0, len(batches) + 1))
+        assert list(ti.aborted_between(idx, start, end)) == [a for a in want if a.last_offset >= start
+                                                            and a.first_offset < end]
+
+
+def test_an_abort_extends_the_aborted_index_without_copying_it() -> None:
+    """20,000 aborts, every index kept (as a replica's successive states are made): each holds
+    a few hundred bytes of its own, not a copy of all the aborts before it (a copy per abort
+    makes a partition's apply time quadratic in a long run's aborts)."""
+    import tracemalloc
+
+    idx, n = ti.EMPTY, 20_000
+    kept = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for k in range(n):
+            idx = ti.apply_batch(ti.apply_batch(idx, data(7, 0, k, 2 * k)), marker(7, 0, 2 * k + 1, commit=False))
+            kept.append(idx)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown / n < 1000, f"{grown / n:.0f} bytes an abort"
+    assert ti.aborted_between(idx, 2 * n - 1, 2 * n) == (ti.AbortedTxn(producer_id=7, first_offset=2 * n - 2,
+                                                                       last_offset=2 * n - 1),)
+    assert len(kept[n // 2].aborted) == n // 2 + 1
 
 
 class TransactionalCluster(RuleBasedStateMachine):

@@ -62,7 +62,6 @@ from logquake.systems.jetstream.client import (
     _err_text,
     _Loop,
     classify,
-    connect,
 )
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.pipeline import History, PipelineAdapter, paced_inputs
@@ -147,12 +146,19 @@ class JetStreamPipeline:
     # -- setup --------------------------------------------------------------------------
 
     def _call(self, coro: Any, timeout: float) -> Any:
+        """Run `coro` on the loop, the reading connection connected first if it is not: by
+        `_Loop.connect`, which leaves no connection behind, not inside a call that a
+        timeout may cancel mid-connect."""
+        try:
+            if self._reader is None:
+                self._reader = self._loop.connect(self.bootstrap, error_cb=_quiet)
+        except BaseException:
+            coro.close()
+            raise
         return self._loop.run(coro, timeout + CALL_SLACK)
 
-    async def _ajs(self) -> Any:
-        """The JetStream context of the reading connection, connected on first use."""
-        if self._reader is None:
-            self._reader = await connect(self.bootstrap, error_cb=_quiet)
+    def _js(self) -> Any:
+        """The JetStream context of the reading connection (connected by `_call`)."""
         return self._reader.jetstream(timeout=PUBLISH_TIMEOUT)
 
     def ensure_streams(self, keys: int) -> None:
@@ -178,7 +184,7 @@ class JetStreamPipeline:
         return cfg
 
     async def _make(self, k: int) -> None:
-        js = await self._ajs()
+        js = self._js()
         await js.add_stream(self._stream(in_stream(k), in_subject(k)))
         await js.add_stream(self._stream(out_stream(k), out_subject(k)))
         await js.add_consumer(in_stream(k), api.ConsumerConfig(
@@ -251,7 +257,7 @@ class JetStreamPipeline:
 
     async def _end(self, k: int) -> int:
         """Output key k's end of the log: its stream's last sequence + 1, from the leader."""
-        info = await (await self._ajs()).stream_info(out_stream(k))
+        info = await self._js().stream_info(out_stream(k))
         return int(info.state.last_seq) + 1
 
     def _poll(self, keys: int, hist: History, **extra: Any) -> set[tuple[int, int]]:
@@ -272,7 +278,7 @@ class JetStreamPipeline:
         return {tuple(kv) for msgs in got.values() for _, kv in msgs}
 
     async def _read(self, keys: int) -> dict[int, list[tuple[int, list[int]]]]:
-        js = await self._ajs()
+        js = self._js()
         out: dict[int, list[tuple[int, list[int]]]] = {}
         for k in range(keys):
             seq, got = self._position.get(k, FIRST_SEQ), []

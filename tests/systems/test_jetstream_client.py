@@ -192,3 +192,77 @@ def test_a_connect_given_up_on_a_paused_server_closes_its_socket(tmp_path, monke
         finally:
             gc.enable()
             lc.resume(node.name)
+
+
+def _fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _loop_tasks(loop) -> list[str]:
+    """What runs on the clients' shared event loop, by coroutine name."""
+    import asyncio
+
+    async def names() -> list[str]:
+        me = asyncio.current_task()
+        return sorted(t.get_coro().__qualname__ for t in asyncio.all_tasks() if t is not me)
+
+    return asyncio.run_coroutine_threadsafe(names(), loop).result(30)
+
+
+def test_a_close_the_loop_gets_to_late_still_closes_the_socket_and_its_tasks(tmp_path):
+    """The loop every client shares falls seconds behind under load (a flood of deliveries,
+    a 2-core machine at load 10): a close it gets to only after the closing thread stopped
+    waiting must still close the socket and end the connection's subscription tasks, or
+    each such crash leaves a descriptor and a task to the end of the process."""
+    import time
+
+    with running(local_lifecycle(tmp_path, n=1)) as lc:
+        url = f"nats://{lc.specs[0].address}:{lc.specs[0].client_port}"
+        warm = JetStreamClient(replicas=1, op_timeout=4.0)
+        warm.open(url)  # the loop thread and its own descriptors, once
+        loop = warm.connection.loop.loop
+        warm.close()
+        time.sleep(0.5)
+        fds, tasks = _fds(), _loop_tasks(loop)
+        clients = []
+        for v in range(3):
+            c = Validated(JetStreamClient(replicas=1, op_timeout=4.0))
+            c.open(url)
+            assert _send(c, 7, v).type == OK  # a request: the connection now has a subscription
+            clients.append(c)
+        loop.call_soon_threadsafe(time.sleep, 4.0)  # the loop busy past the 2-3 s a close waits
+        for c in clients:
+            c.close()
+        _loop_tasks(loop)  # the loop has caught up
+        time.sleep(0.5)  # a closed transport lets its socket go on the loop's next turn
+        assert (_fds(), _loop_tasks(loop)) == (fds, tasks)
+
+
+def test_a_connect_that_ends_after_its_open_gave_up_is_closed(tmp_path, monkeypatch):
+    """An open that stopped waiting (the loop late) leaves its connect to end on the loop:
+    a connection it makes then is nobody's and must be closed, or it reconnects after every
+    fault to the end of the process."""
+    import time
+
+    from logquake.systems.jetstream import client as jsclient
+
+    monkeypatch.setattr(jsclient, "CONNECT_TIMEOUT", 1.0)  # an open waits 3 s
+    with running(local_lifecycle(tmp_path, n=1)) as lc:
+        url = f"nats://{lc.specs[0].address}:{lc.specs[0].client_port}"
+        warm = JetStreamClient(replicas=1, op_timeout=4.0)
+        warm.open(url)  # the loop thread and its own descriptors, once
+        loop = warm.connection.loop.loop
+        warm.close()
+        time.sleep(0.5)
+        fds, tasks = _fds(), _loop_tasks(loop)
+        c = JetStreamClient(replicas=1, op_timeout=4.0)
+        loop.call_soon_threadsafe(time.sleep, 3.5)  # the open's wait ends before the loop gets to its connect
+        with pytest.raises(TimeoutError):
+            c.open(url)
+        c.close()
+        _loop_tasks(loop)  # the loop has caught up: the connect has ended
+        time.sleep(1.0)
+        assert (_fds(), _loop_tasks(loop)) == (fds, tasks)
+

@@ -121,6 +121,7 @@ log = logging.getLogger("logquake.client.nats-py")
 
 FIRST_SEQ = 1  # a stream's first sequence
 CONNECT_TIMEOUT = 10.0  # a connect, every server tried as often as fits, gives up after this
+CLOSE_TIMEOUT = 2.0  # nats-py's close gets this long; what it left undone is then done by hand (`shutdown`)
 GROUP = "lq-group"  # the durable consumer subscribers share
 ACK_WAIT_S = 5.0  # a subscriber's unacked message is delivered again after this
 READ_BATCH = 100  # messages a poll reads per key at most (but the final read's, `_read_key_to_end`)
@@ -220,6 +221,10 @@ async def connect(bootstrap: str, *, timeout: float = CONNECT_TIMEOUT,
     short mid-attempt (a server that accepted the TCP connection and sends no INFO: a
     paused one), it leaves that attempt's socket open and watched by the loop, so nothing
     would ever close it: a descriptor lost per connect given up, over a soak's pauses.
+    And it can outlive its cancel: one reaching an attempt whose connection was just refused
+    becomes that attempt's OSError (Python 3.11's wait_for), which nats-py retries on, every
+    server down. The wait_for here waits for it to end whatever it takes; so must the caller
+    (`_Loop.connect`), or `shutdown` runs while the connect goes on to connect later.
     """
     nc = nats.NATS()
     try:
@@ -229,19 +234,38 @@ async def connect(bootstrap: str, *, timeout: float = CONNECT_TIMEOUT,
             error_cb=error_cb or _log_error, disconnected_cb=_ignore, reconnected_cb=_ignore, closed_cb=_ignore,
         ), timeout)
     except BaseException:
-        await _discard(nc)
+        await shutdown(nc)
         raise
     return nc
 
 
-async def _discard(nc: Any) -> None:
-    """Close a connection that never completed its connect, its socket included."""
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(nc.close(), 2.0)
-    # Between two attempts nats-py counts the client closed and close() returns at once;
-    # the transport (nats-py's attribute) may hold the next attempt's socket all the same.
-    transport = getattr(nc, "_transport", None)
-    if transport is not None:
+async def shutdown(nc: Any) -> None:
+    """Close a nats-py connection in whatever state it is: its socket, its own tasks and its
+    subscriptions' tasks, even when this is cancelled or nats-py's close is cut short.
+
+    nats-py's close first marks the client closed, then cancels its tasks, and only after a
+    few awaits ends the subscriptions' tasks and closes the socket; a close cut short there
+    (its wait over, on a loop running late) leaves those for good, as a second close returns
+    at once. Between two connect attempts it counts itself closed and does nothing at all,
+    the next attempt's socket open all the same. What it left is done here by hand
+    (nats-py 2.16's attributes, pinned in pyproject.toml)."""
+    try:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.close(), CLOSE_TIMEOUT)
+    finally:
+        _release(nc)
+
+
+def _release(nc: Any) -> None:
+    """Cancel what of `nc` still runs and close its socket; synchronous, so a cancel cannot stop it."""
+    nc._status = nats.NATS.CLOSED  # a lost connection is not taken up again (`_process_op_err`)
+    for sub in list(getattr(nc, "_subs", {}).values()):
+        if (task := getattr(sub, "_wait_for_msgs_task", None)) is not None and not task.done():
+            task.cancel()
+    for name in ("_reading_task", "_ping_interval_task", "_flusher_task", "_reconnection_task"):
+        if (task := getattr(nc, name, None)) is not None and not task.done():
+            task.cancel()
+    if (transport := getattr(nc, "_transport", None)) is not None:
         with contextlib.suppress(Exception):
             transport.close()
 
@@ -326,6 +350,7 @@ class _Loop:
 
     _shared: ClassVar[tuple[int, asyncio.AbstractEventLoop] | None] = None
     _start_lock: ClassVar[threading.Lock] = threading.Lock()
+    _settling: ClassVar[set[concurrent.futures.Future[Any]]] = set()  # calls nobody waits for (`_spawn`)
 
     def __init__(self) -> None:
         self.loop = self._the_loop()
@@ -357,6 +382,44 @@ class _Loop:
         """Cancel whatever this client's calls still run (one abandoned by a hung worker)."""
         for fut in list(self._calls):
             fut.cancel()
+
+    def connect(self, bootstrap: str, *, error_cb: Callable[[Exception], Awaitable[None]] | None = None) -> Any:
+        """`connect` on the loop: a connection, or TimeoutError; one that arrives after the
+        wait is over is closed (`_settle`)."""
+        return self._settle(connect(bootstrap, timeout=CONNECT_TIMEOUT, error_cb=error_cb),
+                            CONNECT_TIMEOUT + 2.0, late=lambda nc: self._spawn(shutdown(nc)))
+
+    def close(self, nc: Any) -> None:
+        """`shutdown` on the loop, waited for a while; never raises."""
+        try:
+            self._settle(shutdown(nc), CLOSE_TIMEOUT + 1.0)
+        except TimeoutError as e:
+            log.info("close: %s; it goes on when the loop gets to it", e)
+
+    def _settle(self, coro: Coroutine[Any, Any, Any], timeout: float,
+                late: Callable[[Any], None] | None = None) -> Any:
+        """The result of a coroutine that bounds its own time, waiting at most `timeout`; past
+        that TimeoutError, the coroutine left to end on the loop, then `late` given its result.
+
+        Never cancelled, unlike `run`'s calls: on a loop running seconds late (a flood of
+        deliveries) a cancel reaches a close just after nats-py marked the client closed,
+        and it does no more (`shutdown`); and a connect cancelled may go on regardless and
+        connect once a server is back (`connect`), a connection nobody holds, reconnecting
+        after every fault to the end of the process."""
+        fut = self._spawn(coro)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            if late is not None:
+                fut.add_done_callback(lambda f: f.cancelled() or f.exception() is not None or late(f.result()))
+            raise TimeoutError(f"no answer within {timeout:.1f} s") from None
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """`coro` running on the loop, held until it ends (the loop holds its tasks weakly)."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        _Loop._settling.add(fut)
+        fut.add_done_callback(_Loop._settling.discard)
+        return fut
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -409,9 +472,7 @@ class JetStreamClient(QueueClient):
         self._bootstrap = bootstrap_servers
         self._loop = _Loop()
         try:
-            # The loop's own bound comes first, so the connect closes what it opened (`connect`).
-            self._nc = self._loop.run(connect(bootstrap_servers, timeout=CONNECT_TIMEOUT),
-                                      timeout=CONNECT_TIMEOUT + 2.0)
+            self._nc = self._loop.connect(bootstrap_servers)
         except BaseException:
             self._loop.stop()
             self._loop = None
@@ -430,11 +491,8 @@ class JetStreamClient(QueueClient):
         self._subs = {}
         if loop is None:
             return
-        try:
-            if nc is not None:
-                loop.run(nc.close(), timeout=2.0)
-        except BaseException:  # noqa: BLE001 - close never raises
-            pass
+        if nc is not None:
+            loop.close(nc)
         loop.stop()
 
     def _run(self, op: Op, coro: Coroutine[Any, Any, Op]) -> Op:

@@ -56,14 +56,12 @@ from nats.js import api
 from logquake.guarantees import Guarantee, get_guarantee
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
 from logquake.systems.jetstream.client import (
-    CONNECT_TIMEOUT,
     FIRST_SEQ,
     PUBLISH_TIMEOUT,
     RETRY_BACKOFF,
     _err_text,
     _Loop,
     classify,
-    connect,
 )
 from logquake.systems.jetstream.server import duration_seconds
 from logquake.workloads.pipeline import History, PipelineAdapter, paced_inputs
@@ -108,12 +106,9 @@ def result_msg_id(stream: str, seq: int) -> str:
     return f"{stream}:{seq}"
 
 
-async def _connect(bootstrap: str) -> Any:
-    """A connection to any server of `bootstrap`, as client.py's, its errors not logged."""
-    async def quiet(*_: Any) -> None:
-        return None
-
-    return await connect(bootstrap, error_cb=quiet)
+async def _quiet(*_: Any) -> None:
+    """The pipeline's connections' error callback: their errors are not logged."""
+    return None
 
 
 async def publish(js: Any, subj: str, data: bytes, *, msg_id: str | None, retries: int | None,
@@ -151,12 +146,19 @@ class JetStreamPipeline:
     # -- setup --------------------------------------------------------------------------
 
     def _call(self, coro: Any, timeout: float) -> Any:
+        """Run `coro` on the loop, the reading connection connected first if it is not: by
+        `_Loop.connect`, which leaves no connection behind, not inside a call that a
+        timeout may cancel mid-connect."""
+        try:
+            if self._reader is None:
+                self._reader = self._loop.connect(self.bootstrap, error_cb=_quiet)
+        except BaseException:
+            coro.close()
+            raise
         return self._loop.run(coro, timeout + CALL_SLACK)
 
-    async def _ajs(self) -> Any:
-        """The JetStream context of the reading connection, connected on first use."""
-        if self._reader is None:
-            self._reader = await _connect(self.bootstrap)
+    def _js(self) -> Any:
+        """The JetStream context of the reading connection (connected by `_call`)."""
         return self._reader.jetstream(timeout=PUBLISH_TIMEOUT)
 
     def ensure_streams(self, keys: int) -> None:
@@ -182,7 +184,7 @@ class JetStreamPipeline:
         return cfg
 
     async def _make(self, k: int) -> None:
-        js = await self._ajs()
+        js = self._js()
         await js.add_stream(self._stream(in_stream(k), in_subject(k)))
         await js.add_stream(self._stream(out_stream(k), out_subject(k)))
         await js.add_consumer(in_stream(k), api.ConsumerConfig(
@@ -196,7 +198,7 @@ class JetStreamPipeline:
         """Values 1..n (or until `stop`) to input key v % keys, each an `input` op (paced_inputs)."""
         self.ensure_streams(keys)
         loop = _Loop()
-        nc = loop.run(_connect(self.bootstrap), CONNECT_TIMEOUT + 2.0)
+        nc = loop.connect(self.bootstrap, error_cb=_quiet)
         js = nc.jetstream(timeout=PUBLISH_TIMEOUT)
 
         def send(k: int, v: int) -> int | tuple[str, str]:
@@ -209,7 +211,7 @@ class JetStreamPipeline:
         try:
             paced_inputs(keys, n, hist, send, rate=rate, stop=stop)
         finally:
-            _close(loop, nc)
+            loop.close(nc)
 
     async def _input(self, js: Any, k: int, v: int) -> api.PubAck | tuple[str, str]:
         deadline = asyncio.get_running_loop().time() + INPUT_TIMEOUT
@@ -255,7 +257,7 @@ class JetStreamPipeline:
 
     async def _end(self, k: int) -> int:
         """Output key k's end of the log: its stream's last sequence + 1, from the leader."""
-        info = await (await self._ajs()).stream_info(out_stream(k))
+        info = await self._js().stream_info(out_stream(k))
         return int(info.state.last_seq) + 1
 
     def _poll(self, keys: int, hist: History, **extra: Any) -> set[tuple[int, int]]:
@@ -276,7 +278,7 @@ class JetStreamPipeline:
         return {tuple(kv) for msgs in got.values() for _, kv in msgs}
 
     async def _read(self, keys: int) -> dict[int, list[tuple[int, list[int]]]]:
-        js = await self._ajs()
+        js = self._js()
         out: dict[int, list[tuple[int, list[int]]]] = {}
         for k in range(keys):
             seq, got = self._position.get(k, FIRST_SEQ), []
@@ -293,7 +295,7 @@ class JetStreamPipeline:
     def close(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
-            _close(self._loop, reader)
+            self._loop.close(reader)
 
 
 class Worker:
@@ -303,7 +305,7 @@ class Worker:
         self.index, self.process, self.pipe, self.keys, self.hist = index, index, pipe, keys, hist
         self.profile = pipe.profile
         self._loop = _Loop()
-        self._nc = self._loop.run(_connect(pipe.bootstrap), CONNECT_TIMEOUT + 2.0)
+        self._nc = self._loop.connect(pipe.bootstrap, error_cb=_quiet)
         self._js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT)
         self._subs: dict[int, Any] = {}
         self._fetched_at = time.monotonic()  # when the last fetch was asked (the loop's clock)
@@ -460,7 +462,7 @@ class Worker:
         """Drop the connection without acking anything more (a crash, as far as the server knows)."""
         nc, self._nc = self._nc, None
         if nc is not None:
-            _close(self._loop, nc)
+            self._loop.close(nc)
 
 
 def _input(m: Any) -> tuple[int, int]:
@@ -490,13 +492,6 @@ async def _nak(msgs: list[Any]) -> None:
             await m.nak()
         except Exception as e:  # noqa: BLE001
             log.debug("nak: %s", _err_text(e))
-
-
-def _close(loop: _Loop, nc: Any) -> None:
-    try:
-        loop.run(nc.close(), 3.0)
-    except Exception as e:  # noqa: BLE001 - closing never raises
-        log.debug("close: %s", _err_text(e))
 
 
 # -- the adapter record -------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 
 from logquake.checker import CheckOptions, check_history
 from logquake.checker.generate import simulate
+from logquake.checker.queue_build import build_index
 from logquake.checker.queue_stream import HistoryFile
 from logquake.history import Op, write_history
 from tests.checker.histories import H, oddly_read, shift_offsets, swap_sends, with_bug
@@ -155,3 +156,35 @@ def test_an_op_that_never_completed_is_an_info_op_that_may_have_committed(from_f
     assert (r["valid"], r["error_types"]) == (True, [])
     assert r["stats"] == {"client_ops": 5, "txns": 3, "keys": 1}
     assert r["info_txn_causes"] == [{"error": "never completed", "count": 2}]
+
+
+def _polls_of_key_1(second: list) -> list[Op]:
+    """p0 sends 10 and 11 to key 1; p1 reads them (spelling the key "1", then "01"), then p2's one op
+    reads offset 1 and then offset 0 of it, as `second` spells its micro-ops."""
+
+    def op(i: int, p: int, typ: str, f: str, value: list) -> Op:
+        return Op(index=i, time=i, process=p, type=typ, f=f, value=value)
+
+    return [
+        op(0, 0, "invoke", "send", [["send", 1, 10], ["send", 1, 11]]),
+        op(1, 0, "ok", "send", [["send", 1, [0, 10]], ["send", 1, [1, 11]]]),
+        op(2, 1, "invoke", "poll", [["poll"], ["poll"]]),
+        op(3, 1, "ok", "poll", [["poll", {"1": [[0, 10]]}], ["poll", {"01": [[1, 11]]}]]),
+        op(4, 2, "invoke", "poll", [["poll"] for _ in second]),
+        op(5, 2, "ok", "poll", second),
+    ]
+
+
+def test_two_spellings_of_a_key_in_one_poll_are_one_read_of_it() -> None:
+    """{"1": .., "01": ..} in one poll map is one key read twice, as two polls of "1" are:
+    the op's reads of key 1 are joined, and going back within them is int-nonmonotonic-poll."""
+    spelled_twice = _polls_of_key_1([["poll", {"1": [[1, 11]], "01": [[0, 10]]}]])
+    ix = build_index(spelled_twice)
+    assert ix.txns[2].reads == {1: [[1, 11], [0, 10]]}
+    assert (ix.groups.tid.tolist(), ix.groups.length.tolist()) == ([1, 2], [2, 2])
+    one_map = check_history(spelled_twice)
+    two_polls = check_history(_polls_of_key_1([["poll", {"1": [[1, 11]]}], ["poll", {"1": [[0, 10]]}]]))
+    assert "int-nonmonotonic-poll" in two_polls["error_types"]
+    for r in (one_map, two_polls):
+        del r["cycle_search"]["seconds"]
+    assert one_map == two_polls

@@ -85,6 +85,9 @@ PID_BLOCK = 1000
 OPEN_LOGS, OPEN_LOG_IDLE_S = 32, 30.0
 HEAP_TRIM_EVERY_S = 60
 MEMORY_STATS_EVERY_S = 30  # memory gauges join the stats line this often
+# Committed entries one loop turn applies before leaving the other groups' Readies to the next
+# turn (~25 us each in a replay: ~50 ms), so a restart's replay lets sockets and timers in.
+TURN_APPLY_ENTRIES = 2048
 IDLE_RELEASE_S = 5  # a group whose log did not grow for this long releases its payload window
 
 
@@ -299,16 +302,17 @@ class Node:
             if self._stopped.is_set():
                 return
             await self._process_readies()
+            # Event.wait() returns without yielding when the flag is set again already (a
+            # restart's replay sets it after every turn): without this, sockets, timers and
+            # peers waited until no group had work left, 5-20 s after a long run's restart.
+            await asyncio.sleep(0)
 
     async def _process_readies(self) -> None:
         # Leadership changes (from steps and ticks since the last turn) are handled before
         # applying: a new leader's readiness is set while applying its own no-op, never undone.
         due = self._due_groups()
         self._check_leadership(due)
-        readies: list[tuple[Any, Ready]] = []
-        for g in due:
-            if g.raft.has_ready():
-                readies.append((g, g.raft.ready()))
+        readies = self._take_readies(due)
         if not readies:
             self._check_leadership(due)
             return
@@ -343,6 +347,25 @@ class Node:
                 g.on_persisted()
         self._check_leadership(due)
         self.kick()  # advancing may have made more work (a leader commits on its own persist)
+
+    def _take_readies(self, due: list[Any]) -> list[tuple[Any, Ready]]:
+        """The Readies of `due`, until they hand out TURN_APPLY_ENTRIES committed entries: the
+        groups after that stay touched for the next turn. A restart replays every group's
+        committed log (each Ready at most `max_committed_entries` of it), and 140 groups'
+        replays in one turn held the loop for seconds."""
+        readies: list[tuple[Any, Ready]] = []
+        budget = TURN_APPLY_ENTRIES
+        for i, g in enumerate(due):
+            if budget <= 0:
+                for later in due[i:]:
+                    self.touch(later)
+                self.kick()
+                break
+            if g.raft.has_ready():
+                rd = g.raft.ready()
+                readies.append((g, rd))
+                budget -= len(rd.committed)
+        return readies
 
     async def _serve_until(self, persist: asyncio.Future[None]) -> None:
         """Await the write, and meanwhile keep the groups moving (etcd's async storage writes idea):

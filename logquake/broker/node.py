@@ -88,6 +88,7 @@ MEMORY_STATS_EVERY_S = 30  # memory gauges join the stats line this often
 # Committed entries one loop turn applies before leaving the other groups' Readies to the next
 # turn (~25 us each in a replay: ~50 ms), so a restart's replay lets sockets and timers in.
 TURN_APPLY_ENTRIES = 2048
+META_COMMITTED_PER_READY = 8  # metadata entries applied per Ready (each may open a group's log)
 IDLE_RELEASE_S = 5  # a group whose log did not grow for this long releases its payload window
 
 
@@ -232,9 +233,12 @@ class Node:
 
     def _open_metadata(self) -> MetadataReplica:
         # Followers create a new topic's replicas when they apply its entry: tell them of the
-        # commit at once, not at the next heartbeat (up to heartbeat_ticks later).
+        # commit at once, not at the next heartbeat (up to heartbeat_ticks later). An entry
+        # may open a group's log (~5 ms, a 25 MB one 0.3 s): a restart opening 140 in one
+        # turn held the loop for 0.75 s, so a few per Ready.
         raft, store = self._make_raft(META_NAME, self.node_ids,
-                                      dataclasses.replace(self.raft_cfg, commit_heartbeats=True))
+                                      dataclasses.replace(self.raft_cfg, commit_heartbeats=True,
+                                                          max_committed_entries=META_COMMITTED_PER_READY))
         m = MetadataReplica(raft, store, self.node_ids, self._on_new_partition)
         m.on_input = self.touch
         self.groups[META_NAME] = m

@@ -305,21 +305,24 @@ class Node:
             self._dirty.clear()
             if self._stopped.is_set():
                 return
-            await self._process_readies()
-            # Event.wait() returns without yielding when the flag is set again already (a
-            # restart's replay sets it after every turn): without this, sockets, timers and
-            # peers waited until no group had work left, 5-20 s after a long run's restart.
-            await asyncio.sleep(0)
+            if await self._process_readies():
+                # Event.wait() returns without yielding when the flag is set again already:
+                # a restart's replay, a backlog turn after turn, held sockets, timers and
+                # peers until no group had work left, 5-20 s after a long run's restart.
+                # Other turns go on as before (no yield where no backlog is).
+                await asyncio.sleep(0)
 
-    async def _process_readies(self) -> None:
+    async def _process_readies(self) -> bool:
+        """One turn; True if it left committed entries for later turns (caps on a Ready's
+        committed entries and on a turn's, `_take_readies`)."""
         # Leadership changes (from steps and ticks since the last turn) are handled before
         # applying: a new leader's readiness is set while applying its own no-op, never undone.
         due = self._due_groups()
         self._check_leadership(due)
-        readies = self._take_readies(due)
+        readies, backlog = self._take_readies(due)
         if not readies:
             self._check_leadership(due)
-            return
+            return backlog
         # A leader's appends and heartbeats may go out before its own write (Raft thesis
         # §10.2.1): it counts itself toward a majority only up to what it has persisted; so may
         # heartbeat answers, which claim nothing durable. Every other message (votes, append
@@ -341,6 +344,8 @@ class Node:
             except Exception:
                 log.exception("%s: applying committed entries failed", g.name)
                 raise
+        # Nothing stepped these groups since their Ready: entries still unapplied were capped.
+        backlog = backlog or any(g.raft.commit_index > g.raft.applied_index for g, _ in readies)
         if persist is not None:
             await self._serve_until(persist)
         self._send(late)
@@ -351,12 +356,14 @@ class Node:
                 g.on_persisted()
         self._check_leadership(due)
         self.kick()  # advancing may have made more work (a leader commits on its own persist)
+        return backlog
 
-    def _take_readies(self, due: list[Any]) -> list[tuple[Any, Ready]]:
+    def _take_readies(self, due: list[Any]) -> tuple[list[tuple[Any, Ready]], bool]:
         """The Readies of `due`, until they hand out TURN_APPLY_ENTRIES committed entries: the
-        groups after that stay touched for the next turn. A restart replays every group's
-        committed log (each Ready at most `max_committed_entries` of it), and 140 groups'
-        replays in one turn held the loop for seconds."""
+        groups after that stay touched for the next turn (then True: some were left). A
+        restart replays every group's committed log (each Ready at most
+        `max_committed_entries` of it), and 140 groups' replays in one turn held the loop
+        for seconds."""
         readies: list[tuple[Any, Ready]] = []
         budget = TURN_APPLY_ENTRIES
         for i, g in enumerate(due):
@@ -364,12 +371,12 @@ class Node:
                 for later in due[i:]:
                     self.touch(later)
                 self.kick()
-                break
+                return readies, True
             if g.raft.has_ready():
                 rd = g.raft.ready()
                 readies.append((g, rd))
                 budget -= len(rd.committed)
-        return readies
+        return readies, False
 
     async def _serve_until(self, persist: asyncio.Future[None]) -> None:
         """Await the write, and meanwhile keep the groups moving (etcd's async storage writes idea):

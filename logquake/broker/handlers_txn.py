@@ -66,7 +66,7 @@ class _TxnShard(FoldedShard[txn.TxnCoordinatorState]):
     """This node as leader of one `__transaction_state` partition in one term."""
 
     def __init__(self, rep: Any) -> None:
-        super().__init__(rep, txn.EMPTY, txn_log.apply_batch)
+        super().__init__(rep, txn.EMPTY, txn_log.apply_batch, txn_log.apply_batches)
         self.lock = asyncio.Lock()
         self.marking: set[str] = set()  # transactional ids whose markers a task is writing
 

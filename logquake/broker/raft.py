@@ -242,6 +242,10 @@ class RaftConfig:
         commit_heartbeats: a leader whose commit index advances tells every follower at once
             (a heartbeat carrying it) rather than with the next append or heartbeat, for groups
             whose followers act on what they apply (the metadata group creates partitions).
+        max_committed_entries: committed entries handed out per Ready at most (etcd's
+            MaxCommittedSizePerReady, by count): a restart replays the whole committed log,
+            and in one Ready its apply held the shell's loop for seconds; the rest follow
+            in the next Readies.
         repair_quarantine_ticks: how long a node whose storage cut a damaged log tail at load
             stays out of elections unless a later-term leader catches it up first (module
             docstring, "Repaired storage"); None: 10 election timeouts, 0: no quarantine.
@@ -260,6 +264,7 @@ class RaftConfig:
     log_window_bytes: int = 4 << 20
     resend_ticks: int = 3
     commit_heartbeats: bool = False
+    max_committed_entries: int = 1024
     repair_quarantine_ticks: int | None = None
 
     def __post_init__(self) -> None:
@@ -278,6 +283,8 @@ class RaftConfig:
             raise ValueError(f"max_inflight_bytes must be >= 1, got {self.max_inflight_bytes}")
         if self.log_window_bytes < 0:
             raise ValueError(f"log_window_bytes must be >= 0, got {self.log_window_bytes}")
+        if self.max_committed_entries < 1:
+            raise ValueError(f"max_committed_entries must be >= 1, got {self.max_committed_entries}")
         if self.resend_ticks < 1:
             raise ValueError(f"resend_ticks must be >= 1, got {self.resend_ticks}")
         if self.repair_quarantine_ticks is not None and self.repair_quarantine_ticks < 0:
@@ -838,11 +845,13 @@ class RaftNode:
         return rd
 
     def _committed_chunk(self) -> tuple[Entry, ...]:
-        """The committed entries to hand out next, marked applied. Those below the window
-        (a restart's replay) come at most `log_window_bytes` (or `max_append_bytes`, if more)
-        at a time, so replaying a long log never holds much of it in memory, yet a tiny
+        """The committed entries to hand out next, marked applied: at most
+        `max_committed_entries`, and those below the window (a restart's replay) at most
+        `log_window_bytes` (or `max_append_bytes`, if more) at a time, so replaying a long
+        log neither holds much of it in memory nor one loop turn for long, yet a tiny
         window does not mean a read per entry; the rest follow in the next Readies."""
-        lo, hi = self._applied + 1, self._commit + 1
+        lo = self._applied + 1
+        hi = min(self._commit + 1, lo + self.cfg.max_committed_entries)
         if lo >= hi:
             return ()
         log = self._log

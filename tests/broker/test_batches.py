@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
@@ -37,6 +39,16 @@ def test_control_batch_is_what_clients_expect(commit: bool) -> None:
     info = BatchInfo.parse(raw, base_offset=42)
     assert info.is_control and info.control_commit is commit and not info.is_idempotent
     assert MemoryRecords(raw).next_batch().is_control_batch
+
+
+@given(st.booleans(), st.integers(0, 2**40), st.integers(0, 2**31 - 1), st.integers(0, 2**15 - 1),
+       st.integers(0, 2**31 - 1))
+def test_a_marker_read_in_place_reads_as_kafka_record_does(commit, ts, pid, epoch, coord) -> None:  # noqa: ANN001
+    raw = control_batch(commit=commit, producer_id=pid, producer_epoch=epoch, coordinator_epoch=coord,
+                        timestamp_ms=ts)
+    (record,) = list(DefaultRecordBatch(raw))
+    assert BatchInfo.parse(raw, base_offset=0).control_commit is record.commit is commit
+    assert BatchInfo.parse(memoryview(b"x" + raw)[1:], base_offset=0).control_commit is commit
 
 
 def test_malformed_batches_are_the_peers_fault() -> None:

@@ -211,6 +211,19 @@ def _loop_tasks(loop) -> list[str]:
     return asyncio.run_coroutine_threadsafe(names(), loop).result(30)
 
 
+def _warm_loop(url: str):
+    """The clients' shared loop once a client has come and gone (its thread and its own
+    descriptors made), with the descriptors and tasks that are then the baseline."""
+    import time
+
+    warm = JetStreamClient(replicas=1, op_timeout=4.0)
+    warm.open(url)
+    loop = warm.connection.loop.loop
+    warm.close()
+    time.sleep(0.5)
+    return loop, _fds(), _loop_tasks(loop)
+
+
 def test_a_close_the_loop_gets_to_late_still_closes_the_socket_and_its_tasks(tmp_path):
     """The loop every client shares falls seconds behind under load (a flood of deliveries,
     a 2-core machine at load 10): a close it gets to only after the closing thread stopped
@@ -220,12 +233,7 @@ def test_a_close_the_loop_gets_to_late_still_closes_the_socket_and_its_tasks(tmp
 
     with running(local_lifecycle(tmp_path, n=1)) as lc:
         url = f"nats://{lc.specs[0].address}:{lc.specs[0].client_port}"
-        warm = JetStreamClient(replicas=1, op_timeout=4.0)
-        warm.open(url)  # the loop thread and its own descriptors, once
-        loop = warm.connection.loop.loop
-        warm.close()
-        time.sleep(0.5)
-        fds, tasks = _fds(), _loop_tasks(loop)
+        loop, fds, tasks = _warm_loop(url)
         clients = []
         for v in range(3):
             c = Validated(JetStreamClient(replicas=1, op_timeout=4.0))
@@ -251,12 +259,7 @@ def test_a_connect_that_ends_after_its_open_gave_up_is_closed(tmp_path, monkeypa
     monkeypatch.setattr(jsclient, "CONNECT_TIMEOUT", 1.0)  # an open waits 3 s
     with running(local_lifecycle(tmp_path, n=1)) as lc:
         url = f"nats://{lc.specs[0].address}:{lc.specs[0].client_port}"
-        warm = JetStreamClient(replicas=1, op_timeout=4.0)
-        warm.open(url)  # the loop thread and its own descriptors, once
-        loop = warm.connection.loop.loop
-        warm.close()
-        time.sleep(0.5)
-        fds, tasks = _fds(), _loop_tasks(loop)
+        loop, fds, tasks = _warm_loop(url)
         c = JetStreamClient(replicas=1, op_timeout=4.0)
         loop.call_soon_threadsafe(time.sleep, 3.5)  # the open's wait ends before the loop gets to its connect
         with pytest.raises(TimeoutError):

@@ -35,6 +35,8 @@ CONFIGS = {
     "corrupt-tail": CORRUPT,
     # Fewer faults: a follower that lost acked entries must catch up under the same leader.
     "corrupt-tail-steady-leader": {**CORRUPT, "corrupt_rate": 0.02, "fault_rate": 0.04},
+    # A restart's replay in steps: one committed entry a Ready, the rest in later Readies.
+    "capped-readies": {"config": RaftConfig(max_committed_entries=1), "slow_write": 0.2, "crash_in_ready": 0.01},
 }
 
 

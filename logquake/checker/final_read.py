@@ -22,7 +22,7 @@ after it survived (a truncated tail, the usual shape of lost unsynced writes; al
 that lost everything), "prefix" when none before it did, else "middle". It names the ops
 that acknowledged it, last read it and made the final read, the end of the log that read
 reached, and the faults (nemesis ops) between the value's last read (or its
-acknowledgement) and the final read.
+acknowledgement) and the final read, after any begun before it and still in effect.
 
 The final read from every node (ops also marked `"node"`, README.md's History format) is
 judged per node and apart from the combined one above: a node's final assign records as
@@ -338,7 +338,7 @@ def _cases(k: Any, acked: dict[Any, tuple[int | None, Op]], lost: set,
         position = "suffix" if not after[i] else ("prefix" if not before else "middle")
         seen = last_read.get((k, v))
         since = seen or acker
-        between = [f for f in faults if since.time <= f.time <= final.time]
+        between = _faults_between(faults, since.time, final.time)
         out.append({
             "key": k,
             "value": v,
@@ -353,6 +353,26 @@ def _cases(k: Any, acked: dict[Any, tuple[int | None, Op]], lost: set,
             "explanation": _words(k, v, off, acker, seen, end, between),
         })
     return out
+
+
+def _faults_between(faults: list[Op], since: int, until: int) -> list[Op]:
+    """The faults begun between `since` and `until`, after those begun earlier and still in
+    effect at `since`: a poll in flight when a power loss began returns after the fault's
+    start is recorded, and the value it read is lost to that fault all the same."""
+    in_effect: dict[str, Op] = {}
+    out: list[Op] = []
+    for f in faults:
+        if f.time > until:
+            break
+        if f.time >= since:
+            out.append(f)
+        elif f.f.startswith("start-"):
+            in_effect[f.f[6:]] = f
+        elif f.f.startswith("stop-"):
+            in_effect.pop(f.f[5:], None)
+        elif f.f == "heal":
+            in_effect.clear()
+    return [*in_effect.values(), *out]
 
 
 def _words(k: Any, v: Any, off: int | None, acker: Op, seen: Op | None, end: int | None, between: list[Op]) -> str:

@@ -223,3 +223,30 @@ def test_a_value_lost_from_a_key_that_answered_is_lost_though_another_key_is_unr
     assert r["valid"] is False and r["bad_error_types"] == ["lost"], r
     assert [(e["key"], e["value"]) for e in r["anomalies"]["lost"]["errs"]] == [(0, 3)]
     assert r["final_read"]["incomplete_keys"] == [1]
+
+
+def _read_across_a_fault(stopped_before_the_read: bool) -> dict[str, Any]:
+    """A poll invoked before a power loss began and answered after its start was recorded,
+    then the final read missing what it read; the fault stopped before that poll or not."""
+    h = H()
+    h.send(0, 0, 1, 0)
+    h.nemesis("start-disk:power-loss", POWER_LOSS)
+    if stopped_before_the_read:
+        h.nemesis("stop-disk:power-loss", "started n1,n2,n3")
+    h.poll(1, {0: [(0, 1)]})
+    h.nemesis("start-kill", "n2")
+    final_assign(h, 5, [0], {0: 0})
+    final_poll(h, 5, {}, {})
+    (e,) = check_history(h.ops, CheckOptions())["anomalies"]["lost"]["errs"]
+    return e
+
+
+def test_a_fault_in_effect_when_the_value_was_last_read_is_named():
+    e = _read_across_a_fault(stopped_before_the_read=False)
+    assert [f["f"] for f in e["faults"]] == ["start-disk:power-loss", "start-kill"]
+    assert "faults in between: start-disk:power-loss power-loss: n1" in e["explanation"]
+
+
+def test_a_fault_over_before_the_value_was_last_read_is_not_named():
+    e = _read_across_a_fault(stopped_before_the_read=True)
+    assert [f["f"] for f in e["faults"]] == ["start-kill"]

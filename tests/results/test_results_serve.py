@@ -132,8 +132,11 @@ def test_a_missing_results_dir_is_an_empty_index(tmp_path: Path) -> None:
 
 
 def test_cli_serve_binds_loopback_and_stops_on_ctrl_c(results_dir: Path) -> None:
+    # A suite started in the background by a shell without job control ignores SIGINT, and
+    # so would the server it starts (Python leaves an ignored SIGINT ignored): as at a terminal.
     proc = subprocess.Popen([sys.executable, "-m", "logquake", "serve", "--port", "0", "--results", str(results_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()  # blocks until the server is listening (or the process died)
         m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)

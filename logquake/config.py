@@ -23,7 +23,8 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
     seed              RNG seed for ops and faults; random if unset, stored in test.json
     partitions        partitions per topic                                           (1)
     replication_factor replicas per partition, at most `nodes`                (min(3, nodes))
-    recovery_time     seconds to wait after the final heal before draining          (5)
+    recovery_time     seconds to wait after the final heal before draining (then,   (5)
+                      at most 60 s, until every node serves again)
     drain_time        upper bound in seconds on the drain phase                      (30)
     ignore            anomaly types not to count as bad, e.g. [unseen]               ([])
     ww_deps           infer write-write order for the cycle search                   (true)

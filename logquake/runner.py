@@ -9,7 +9,9 @@
              as under Jepsen's time limit); a workload that drives itself (the pipeline)
              runs its load through phases 4-7 instead
 5. heal      the scheduler stops and heals everything (also in `finally`)
-6. recovery  wait `recovery_time` s for leaders to settle
+6. recovery  wait `recovery_time` s for leaders to settle, then until the cluster serves every
+             node's clients again (Cluster.wait_ready, at most SERVING_AFTER_HEAL_S): a broker
+             restarted just before the heal may still be replaying its logs
 7. drain     every worker assigns all keys from the beginning and polls up to the highest
              known offset of every key, then, where the system's client can point a read at
              a node (System.node_reads) and its servers can serve that, one more reader per
@@ -44,7 +46,7 @@ from typing import TYPE_CHECKING, Any, cast
 from logquake.config import TestConfig, save_config
 from logquake.crew import CALL_TIMEOUT, CLOSE_TIMEOUT, Crew, Pacer, Recorder, Stats, Worker
 from logquake.diagnostics import StackDumps
-from logquake.errors import HistoryFormatError, LogquakeError
+from logquake.errors import HistoryFormatError, HostError, LogquakeError
 from logquake.guarantees import apply_guarantee
 from logquake.history import HistoryWriter, Op, load_history
 from logquake.results import store
@@ -60,6 +62,8 @@ log = logging.getLogger("logquake.runner")
 
 # Past a phase's own bound by this much, every thread's stack is dumped to harness.log.
 BOUND_SLACK = 15.0
+# After the recovery time, the longest wait for the cluster to serve again before the drain.
+SERVING_AFTER_HEAL_S = 60.0
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
 
 
@@ -290,6 +294,7 @@ def _run_phases(
             if not stop.is_set():
                 stats.enter("recovery")
                 stop.wait(cfg.recovery_time)
+                _wait_serving(cluster, stop)
             if stop.is_set():
                 return None
             down = _brokers_down(cluster)
@@ -451,6 +456,25 @@ def _read_every_node(cfg: TestConfig, crew: Crew, final: FinalReads, stop: threa
     if short := sorted(n for n, ok in done.items() if not ok):
         log.warning("drain: the final read from node(s) %s did not reach every key's end there", ", ".join(short))
     return done
+
+
+def _wait_serving(cluster: Cluster, stop: threading.Event) -> None:
+    """Until the cluster is ready again (Ctrl-C ends the wait); past SERVING_AFTER_HEAL_S the
+    drain goes on and says what it could not read."""
+    deadline = time.monotonic() + SERVING_AFTER_HEAL_S
+    t0 = time.monotonic()
+    while not stop.is_set():
+        try:
+            cluster.wait_ready(min(1.0, max(0.0, deadline - time.monotonic())))
+        except HostError as e:
+            if time.monotonic() < deadline:
+                continue
+            log.warning("recovery: not serving again %.0f s after the heal (%s); draining anyway",
+                        SERVING_AFTER_HEAL_S, e)
+            return
+        if time.monotonic() - t0 > 1.0:
+            log.info("recovery: the cluster served again %.1f s after the recovery time", time.monotonic() - t0)
+        return
 
 
 def _brokers_down(cluster: Cluster) -> dict[str, str]:

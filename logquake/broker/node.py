@@ -84,6 +84,8 @@ PID_BLOCK = 1000
 # Active segments kept open: the most recently written logs, none idle longer than this.
 OPEN_LOGS, OPEN_LOG_IDLE_S = 32, 30.0
 HEAP_TRIM_EVERY_S = 60
+CATCH_UP_POLL_S = 0.02  # how often a starting node looks whether its metadata is caught up
+LEADERS_WAIT_S = 3.0  # then how long it waits to know every partition's leader (gossip: every 1 s)
 MEMORY_STATS_EVERY_S = 30  # memory gauges join the stats line this often
 # Committed entries one loop turn applies before leaving the other groups' Readies to the next
 # turn (~25 us each in a replay: ~50 ms), so a restart's replay lets sockets and timers in.
@@ -170,13 +172,52 @@ class Node:
     async def run(self) -> None:
         self.cfg.data_dir.mkdir(parents=True, exist_ok=True)
         await self.transport.start()
-        await self.server.start()
-        log.info("node %d serving Kafka on %s:%d, peers on %s:%d (fsync %s)", self.id, self.cfg.me.host,
-                 self.cfg.me.kafka_port, self.cfg.me.host, self.cfg.me.raft_port, self.cfg.effective_fsync)
+        await self.server.bind()
+        log.info("node %d up: peers on %s:%d (fsync %s); Kafka on %s:%d once its metadata is caught up",
+                 self.id, self.cfg.me.host, self.cfg.me.raft_port, self.cfg.effective_fsync, self.cfg.me.host,
+                 self.cfg.me.kafka_port)
         self._tasks = [asyncio.create_task(c) for c in (self._ready_loop(), self._tick_loop(),
                                                          self._gossip_loop(), self.api.txn.tick_loop())]
         self.kick()
+        try:
+            await self._serve_once_caught_up()
+        except OSError:
+            self.stop()
+            await self._shut_down()
+            raise
         await self._stopped.wait()
+        await self._shut_down()
+
+    async def _serve_once_caught_up(self) -> None:
+        """Open the Kafka listener once the metadata group is caught up (RaftNode.caught_up).
+
+        Until then this node's topics are those it knew when it stopped: answering Metadata from
+        them told clients that topics made meanwhile did not exist (librdkafka's
+        _UNKNOWN_PARTITION, seen for minutes of a soak's final reads), and auto-created them
+        again. A node that never hears from a leader never serves clients, as a KRaft broker
+        stays fenced. Then, for at most LEADERS_WAIT_S, until it knows a leader for every
+        partition (its own groups' Raft, the others' gossip): before that it answered that
+        topics it does not replicate had no partitions."""
+        t0 = time.monotonic()
+        while not self.meta.raft.caught_up:
+            if self._stopped.is_set():
+                return
+            await asyncio.sleep(CATCH_UP_POLL_S)
+        t1 = time.monotonic()
+        while (unknown := self._leaders_unknown()) and time.monotonic() - t1 < LEADERS_WAIT_S:
+            if self._stopped.is_set():
+                return
+            await asyncio.sleep(CATCH_UP_POLL_S)
+        await self.server.serve()
+        log.info("node %d serving Kafka on %s:%d (metadata caught up at index %d after %.2f s, leaders %s "
+                 "after %.2f s more)", self.id, self.cfg.me.host, self.cfg.me.kafka_port,
+                 self.meta.raft.applied_index, t1 - t0, f"of {unknown} partition(s) unknown" if unknown else "known",
+                 time.monotonic() - t1)
+
+    def _leaders_unknown(self) -> int:
+        return sum(1 for gid in self.meta.state.groups if self.leader_of(gid)[0] < 0)
+
+    async def _shut_down(self) -> None:
         ready_task, others = self._tasks[0], self._tasks[1:]
         for t in others:
             t.cancel()

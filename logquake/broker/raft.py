@@ -144,8 +144,10 @@ class Message:
     - APPEND: index/log_term = prevLogIndex/prevLogTerm, entries, commit = leaderCommit.
     - APPEND_RESP: success -> index = last index now matching the leader; reject -> index =
       the rejected prevLogIndex, reject_hint/log_term = the follower's suggested probe point.
-    - HEARTBEAT: commit = min(follower's match, leader commit), index = leader's tick counter;
-      HEARTBEAT_RESP echoes that index (so the leader can tell an append was lost).
+    - HEARTBEAT: commit = min(follower's match, leader commit), index = leader's tick counter,
+      log_term = the leader's own commit index (so a restarted follower knows how far it has to
+      apply before it is caught up: `caught_up`); HEARTBEAT_RESP echoes index (so the leader can
+      tell an append was lost).
     """
 
     kind: MsgKind
@@ -588,6 +590,7 @@ class RaftNode:
         self._msgs: list[Message] = []
         self._role = FOLLOWER
         self._leader: int | None = None
+        self._leader_commit = -1  # the current leader's commit index as it last told us (-1: not yet)
         # Bumped whenever role, term or leader may change: a shell polling many groups for
         # leadership changes compares this one int instead of the three.
         self.leadership_version = 0
@@ -616,6 +619,17 @@ class RaftNode:
     @property
     def leader_id(self) -> int | None:
         return self._leader
+
+    @property
+    def caught_up(self) -> bool:
+        """Applied all the group had committed when its leader last spoke to this node: a
+        follower once its applied index reaches the commit index the leader told it; a leader
+        once it has applied an entry of its own term. A restarted broker serves clients only from
+        then on, as a KRaft broker waits for its initial metadata catch-up: before, its view of
+        the topics is the one it had when it stopped."""
+        if self._role == LEADER:
+            return self._applied >= self._commit and self.term_at(self._commit) == self._term
+        return self._leader is not None and 0 <= self._leader_commit <= self._applied
 
     @property
     def term(self) -> int:
@@ -919,12 +933,14 @@ class RaftNode:
             self._vote = None
         self._role = FOLLOWER
         self._leader = leader
+        self._leader_commit = -1
         self.leadership_version += 1
         self._reset_timers()
 
     def _become_precandidate(self) -> None:
         self._role = PRECANDIDATE
         self._leader = None
+        self._leader_commit = -1
         self.leadership_version += 1
         self._reset_timers()
         self._votes = {self.id: True}
@@ -943,6 +959,7 @@ class RaftNode:
         self._vote = self.id
         self._role = CANDIDATE
         self._leader = None
+        self._leader_commit = -1
         self.leadership_version += 1
         self._reset_timers()
         self._votes = {self.id: True}
@@ -957,6 +974,7 @@ class RaftNode:
     def _become_leader(self) -> None:
         self._role = LEADER
         self._leader = self.id
+        self._leader_commit = -1
         self.leadership_version += 1
         self._reset_timers()
         nxt = self._log.last + 1
@@ -1026,14 +1044,14 @@ class RaftNode:
         if k is MsgKind.APPEND:
             self._election_elapsed = 0
             if self._leader != m.frm:
-                self._leader = m.frm
-                self.leadership_version += 1
+                self._follow(m.frm)
+            self._leader_commit = max(self._leader_commit, m.commit)
             self._handle_append(m)
         elif k is MsgKind.HEARTBEAT:
             self._election_elapsed = 0
             if self._leader != m.frm:
-                self._leader = m.frm
-                self.leadership_version += 1
+                self._follow(m.frm)
+            self._leader_commit = max(self._leader_commit, m.log_term)
             if m.commit > self._commit:
                 self._commit = min(m.commit, self._log.last)
             # m.commit is at most what we acked: if our log ends below it, storage lost a tail
@@ -1042,6 +1060,11 @@ class RaftNode:
                 Message(MsgKind.HEARTBEAT_RESP, self.group, self.id, m.frm, self._term, index=m.index,
                         reject=m.commit > self._log.last)
             )
+
+    def _follow(self, leader: int) -> None:
+        self._leader = leader
+        self._leader_commit = -1
+        self.leadership_version += 1
 
     def _handle_append(self, m: Message) -> None:
         if self.term_at(m.index) == m.log_term:
@@ -1150,7 +1173,8 @@ class RaftNode:
     def _heartbeat(self, p: int) -> None:
         c = min(self._progress[p].match, self._commit)  # never past what p is known to hold
         self._msgs.append(
-            Message(MsgKind.HEARTBEAT, self.group, self.id, p, self._term, index=self._ticks, commit=c)
+            Message(MsgKind.HEARTBEAT, self.group, self.id, p, self._term, log_term=self._commit,
+                    index=self._ticks, commit=c)
         )
 
     def _step_leader(self, m: Message) -> None:

@@ -51,9 +51,21 @@ class KafkaServer:
         self._conns: set[_Connection] = set()
 
     async def start(self) -> None:
+        await self.bind()
+        await self.serve()
+
+    async def bind(self) -> None:
+        """Take the address without listening yet: a client's connect is refused until `serve`."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), self._host, self._port,
-                                                reuse_address=True)
+                                                reuse_address=True, start_serving=False)
+
+    async def serve(self) -> None:
+        """Listen and accept connections (OSError if the address is taken after all)."""
+        if self._server is None:
+            await self.bind()
+        assert self._server is not None
+        await self._server.start_serving()
 
     async def close(self) -> None:
         if self._server is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from logquake.config import TestConfig
+from logquake.faults import Faults
 from logquake.history import FAIL, INFO, NEMESIS, OK, HistoryWriter, Op
 from logquake.workloads import Context, Generator
 from logquake.workloads.client import Abandonable, Client, complete
@@ -34,22 +35,19 @@ CLOSE_TIMEOUT = 20.0
 class Stats:
     """Live counters for the display (written by workers, read by the display), and what the
     final summary says of the run: each phase's duration, the main phase's own ops, the faults
-    by kind with how long they were on."""
+    by kind with how long they were on (by the history's clock, as the report says it)."""
 
     phase: str = "setup"
     ok: int = 0
     info: int = 0
     fail: int = 0
-    faults: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     #: (phase, monotonic time it began), in order; the first is "setup" at creation.
     entered: list[tuple[str, float]] = field(default_factory=lambda: [("setup", time.monotonic())])
     #: client ops completed in the main phase and its length, once it is over
     main_ops: int | None = None
     main_seconds: float | None = None
-    fault_starts: dict[str, int] = field(default_factory=dict)
-    fault_seconds: dict[str, float] = field(default_factory=dict)
-    _fault_since: dict[str, float] = field(default_factory=dict)
+    _faults: Faults = field(default_factory=Faults)
     _main_base: int = 0
 
     @property
@@ -82,32 +80,37 @@ class Stats:
             return None
         return self.main_ops / self.main_seconds
 
+    @property
+    def faults(self) -> dict[str, str]:
+        """The faults in effect: kind -> what its latest start said."""
+        return {kind: str(start.value) for kind, start in self._faults.in_effect().items()}
+
+    @property
+    def fault_starts(self) -> dict[str, int]:
+        """start-X ops by kind."""
+        out: dict[str, int] = {}
+        for f in self._faults.intervals():
+            out[f.kind] = out.get(f.kind, 0) + len(f.starts)
+        return out
+
+    @property
+    def fault_seconds(self) -> dict[str, float]:
+        """Seconds each kind was in effect, over the faults that have ended."""
+        out: dict[str, float] = {}
+        for f in self._faults.intervals():
+            if f.end is not None:
+                out[f.kind] = out.get(f.kind, 0.0) + (f.end.time - f.start.time) / 1e9
+        return out
+
     def count(self, op: Op) -> None:
         if op.process == NEMESIS:
-            name = op.f.split("-", 1)[-1]
-            now = time.monotonic()
-            if op.f.startswith("start-"):
-                self.faults[name] = str(op.value)
-                self.fault_starts[name] = self.fault_starts.get(name, 0) + 1
-                self._fault_since[name] = now
-            elif op.f.startswith("stop-"):
-                self.faults.pop(name, None)
-                self._fault_off(name, now)
-            elif op.f == "heal":
-                self.faults.clear()
-                for name in list(self._fault_since):
-                    self._fault_off(name, now)
+            self._faults.add(op)
         elif op.type == OK:
             self.ok += 1
         elif op.type == INFO:
             self.info += 1
         elif op.type == FAIL:
             self.fail += 1
-
-    def _fault_off(self, name: str, now: float) -> None:
-        since = self._fault_since.pop(name, None)
-        if since is not None:
-            self.fault_seconds[name] = self.fault_seconds.get(name, 0.0) + now - since
 
 
 class Recorder:

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from logquake.checker.result import op_ref
+from logquake.faults import Faults
 from logquake.history import INVOKE, NEMESIS, OK, Op
 
 __all__ = ["BEHIND", "FINAL", "LOST", "LOST_ON_NODE", "NODE", "FinalRead", "analyse", "judge"]
@@ -152,11 +153,11 @@ def analyse(ops: Iterable[Op]) -> FinalRead:
     acked: dict[Any, dict[Any, tuple[int | None, Op]]] = {}  # key -> value -> (offset, first ok op)
     sessions: list[_Session] = []
     current: dict[Any, _Session] = {}
-    faults: list[Op] = []
+    faults = Faults()
     for op in ops:
         if op.process == NEMESIS:
             if op.type != INVOKE:
-                faults.append(op)
+                faults.add(op)
             continue
         if op.type != OK:
             continue
@@ -321,7 +322,7 @@ def _last_reads(ops: list[Op], lost: dict[Any, list]) -> dict[tuple, Op]:
 
 
 def _cases(k: Any, acked: dict[Any, tuple[int | None, Op]], lost: set,
-           last_read: dict[tuple, Op], final: Op, end: int | None, faults: list[Op]) -> list[dict[str, Any]]:
+           last_read: dict[tuple, Op], final: Op, end: int | None, faults: Faults) -> list[dict[str, Any]]:
     """One example per lost value of key k, in log order."""
     order = sorted(acked, key=lambda v: (acked[v][0] is None, acked[v][0] if acked[v][0] is not None else 0, str(v)))
     alive = [v not in lost for v in order]
@@ -355,24 +356,13 @@ def _cases(k: Any, acked: dict[Any, tuple[int | None, Op]], lost: set,
     return out
 
 
-def _faults_between(faults: list[Op], since: int, until: int) -> list[Op]:
-    """The faults begun between `since` and `until`, after those begun earlier and still in
+def _faults_between(faults: Faults, since: int, until: int) -> list[Op]:
+    """The nemesis ops from `since` to `until`, after the faults begun earlier and still in
     effect at `since`: a poll in flight when a power loss began returns after the fault's
-    start is recorded, and the value it read is lost to that fault all the same."""
-    in_effect: dict[str, Op] = {}
-    out: list[Op] = []
-    for f in faults:
-        if f.time > until:
-            break
-        if f.time >= since:
-            out.append(f)
-        elif f.f.startswith("start-"):
-            in_effect[f.f[6:]] = f
-        elif f.f.startswith("stop-"):
-            in_effect.pop(f.f[5:], None)
-        elif f.f == "heal":
-            in_effect.clear()
-    return [*in_effect.values(), *out]
+    start is recorded, and the value it read is lost to that fault all the same. (A window
+    that ends before it begins, a read completed after the final one began, names what was
+    in effect at its end.)"""
+    return [*faults.in_effect_before(min(since, until + 1)), *faults.between(since, until)]
 
 
 def _words(k: Any, v: Any, off: int | None, acker: Op, seen: Op | None, end: int | None, between: list[Op]) -> str:

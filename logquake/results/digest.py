@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from logquake.faults import Faults
 from logquake.gcpause import paused_gc
 from logquake.history import INVOKE, NEMESIS, OK, Op
 
@@ -34,7 +35,8 @@ class Series:
 
 @dataclass(frozen=True, kw_only=True)
 class Interval:
-    """A fault between its start-X and stop-X nemesis ops (stop None: never stopped)."""
+    """A fault (logquake.faults) as the report draws it: the times and values of the start-X
+    that began it and of the stop-X or heal that ended it (stop None: never ended)."""
 
     kind: str
     start: int
@@ -121,7 +123,6 @@ class _Digester:
         self.named = set(named)
         self.window = window
         self.in_flight: dict[Any, Op] = {}
-        self.open_faults: dict[str, Op] = {}
         self.acked: dict[Any, set[Any]] = {}  # key -> values acknowledged by an ok send
         self.seen: dict[Any, set[Any]] = {}  # key -> values read by an ok poll
         self.key_of: dict[Any, Any] = {}  # poll-result spelling -> key (saves an int() per key per poll)
@@ -145,7 +146,7 @@ class _Digester:
                 d.named_ops[index] = op
             p = op.process
             if p == NEMESIS:
-                self._nemesis(op)
+                d.nemesis_ops.append(op)
                 continue
             ck = (op.f, op.type)
             counts[ck] = counts.get(ck, 0) + 1
@@ -170,17 +171,6 @@ class _Digester:
         d.n_ops += n_ops
         d.n_client_ops += n_client
         d.end_time = end
-
-    def _nemesis(self, op: Op) -> None:
-        self.d.nemesis_ops.append(op)
-        f = op.f
-        if f.startswith("start-"):
-            self.open_faults.setdefault(f[6:], op)
-        elif f.startswith("stop-"):
-            started = self.open_faults.pop(f[5:], None)
-            if started is not None:
-                self.d.intervals.append(Interval(kind=f[5:], start=started.time, stop=op.time,
-                                                 start_value=started.value, stop_value=op.value))
 
     def _micro_ops(self, op: Op) -> None:
         value = op.value
@@ -250,9 +240,11 @@ class _Digester:
 
     def finish(self) -> Digest:
         d = self.d
-        for kind, started in self.open_faults.items():
-            d.intervals.append(Interval(kind=kind, start=started.time, stop=None, start_value=started.value))
-        d.intervals.sort(key=lambda iv: iv.start)
+        d.intervals = [
+            Interval(kind=f.kind, start=f.start.time, stop=f.end.time if f.end else None,
+                     start_value=f.start.value, stop_value=f.end.value if f.end else None)
+            for f in Faults(d.nemesis_ops).intervals()
+        ]
         lo, hi = self.window
         for inv in self.in_flight.values():
             if lo <= inv.index < hi:

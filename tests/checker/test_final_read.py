@@ -225,14 +225,14 @@ def test_a_value_lost_from_a_key_that_answered_is_lost_though_another_key_is_unr
     assert r["final_read"]["incomplete_keys"] == [1]
 
 
-def _read_across_a_fault(stopped_before_the_read: bool) -> dict[str, Any]:
+def _read_across_a_fault(stopped_before_the_read: bool, ended_by: str = "stop-disk:power-loss") -> dict[str, Any]:
     """A poll invoked before a power loss began and answered after its start was recorded,
-    then the final read missing what it read; the fault stopped before that poll or not."""
+    then the final read missing what it read; the fault stopped (or healed) before that poll or not."""
     h = H()
     h.send(0, 0, 1, 0)
     h.nemesis("start-disk:power-loss", POWER_LOSS)
     if stopped_before_the_read:
-        h.nemesis("stop-disk:power-loss", "started n1,n2,n3")
+        h.nemesis(ended_by, "started n1,n2,n3")
     h.poll(1, {0: [(0, 1)]})
     h.nemesis("start-kill", "n2")
     final_assign(h, 5, [0], {0: 0})
@@ -249,4 +249,9 @@ def test_a_fault_in_effect_when_the_value_was_last_read_is_named():
 
 def test_a_fault_over_before_the_value_was_last_read_is_not_named():
     e = _read_across_a_fault(stopped_before_the_read=True)
+    assert [f["f"] for f in e["faults"]] == ["start-kill"]
+
+
+def test_a_fault_healed_before_the_value_was_last_read_is_not_named():
+    e = _read_across_a_fault(stopped_before_the_read=True, ended_by="heal")
     assert [f["f"] for f in e["faults"]] == ["start-kill"]

@@ -28,7 +28,7 @@ from logquake.errors import UserError
 from logquake.history import load_history
 from logquake.results import plots
 from logquake.results.digest import digest_history
-from logquake.results.report import write_report
+from logquake.results.report import fault_rows, write_report
 
 
 def logquake(*args: str) -> subprocess.CompletedProcess[str]:
@@ -238,6 +238,21 @@ def test_nemesis_intervals_pair_per_kind_and_stay_open_when_never_stopped() -> N
                         nem("start-kill", 7), nem("stop-partition", 9), nem("start-clock", 10)])
     got = [(iv.kind, iv.start, iv.stop) for iv in d.intervals]
     assert got == [("kill", 1, 5), ("partition", 2, 9), ("kill", 7, None), ("clock", 10, None)]
+
+
+def test_a_fault_the_final_heal_ended_ends_there_in_the_report() -> None:
+    from logquake.history import Op
+
+    def nem(f: str, t: int) -> Op:
+        return Op(process="nemesis", type="info", f=f, time=t, value=f)
+
+    poll = [Op(process=0, type=t, f="poll", time=at, value=[["poll"]]) for t, at in (("invoke", 8), ("ok", 9))]
+    d = digest_history([nem("start-partition", 1), nem("start-kill", 2), nem("stop-kill", 3), nem("heal", 4),
+                        nem("start-clock", 5), *poll])
+    got = [(iv.kind, iv.start, iv.stop, iv.stop_value) for iv in d.intervals]
+    assert got == [("partition", 1, 4, "heal"), ("kill", 2, 3, "stop-kill"), ("clock", 5, None, None)]
+    rows = {r["kind"]: (r["seconds"], r["open"]) for r in fault_rows(d)}  # clock: on to the end, 9
+    assert rows == {"partition": (3 / plots.NS, 0), "kill": (1 / plots.NS, 0), "clock": (4 / plots.NS, 1)}
 
 
 def test_write_report_replaces_the_file_atomically(tmp_path: Path) -> None:

@@ -302,18 +302,27 @@ class SegmentLog:
     def _newest(self, window: int | None) -> list[Entry]:
         """The newest entries whose payloads (plus ENTRY_COST each, as the Raft log counts
         its window) reach `window`: at least the last one; all with None. Read back after
-        the scan, from the last sample whose bytes to the end are at least `window` (on
-        disk an entry takes less than it counts: RECORD_OVERHEAD < ENTRY_COST)."""
+        the scan from the last sample from which they surely do: on disk an entry takes
+        its payload plus RECORD_OVERHEAD, so from sample k to the end they count the bytes
+        there plus ENTRY_COST - RECORD_OVERHEAD per entry."""
         if self._last == 0:
             return []
-        lo, need = 1, window
+        lo, need, end = 1, window, self._last + 1
+        extra = ENTRY_COST - RECORD_OVERHEAD
         if need is not None:
-            for seg in reversed(self._segments):
-                j = bisect.bisect_right(seg.pos, seg.size - need) - 1
-                if j >= 0:
-                    lo = seg.idx[j]
+            for seg in reversed(self._segments):  # each holds a sample of its first entry
+                idx, pos, size = seg.idx, seg.pos, seg.size
+
+                def short(k: int, idx: array[int] = idx, pos: array[int] = pos, size: int = size,
+                          end: int = end, need: int = need) -> bool:
+                    return size - pos[k] + extra * (end - idx[k]) < need
+
+                k = bisect.bisect_left(range(len(idx)), True, key=short) - 1  # the last that reaches it
+                if k >= 0:
+                    lo = idx[k]
                     break
-                need -= seg.size
+                need -= size + extra * (end - seg.first)
+                end = seg.first
         entries = self._read(lo, self._last + 1, None, entries=True)
         if window is None:
             return entries

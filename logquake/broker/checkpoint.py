@@ -249,6 +249,12 @@ class Checkpoints:
         """The replica starts from `state` (a checkpoint just read, or an empty state)."""
         self.written_index = state.applied_index
 
+    def forget(self) -> None:
+        """The last checkpoint may hold entries an unclean election lost: the next save or
+        `close` replaces it (a load would discard it anyway: its term no longer matches)."""
+        self.written_index = 0
+        self._bytes = self.every_bytes
+
     def note(self, entries: int, nbytes: int) -> bool:
         """`entries` of `nbytes` were applied; True when a checkpoint is due."""
         self._entries += entries

@@ -243,6 +243,8 @@ class PartitionReplica(_GroupBase):
             for e in chunk:
                 pmod.apply(self.state, index=e.index, term=e.term, data=e.data)
             i = chunk[-1].index + 1
+        if self._checkpoints is not None:
+            self._checkpoints.forget()
 
     def wake_on_data(self, fut: asyncio.Future[None]) -> None:
         """Resolve `fut` when committed entries move the high watermark (a long-polling fetch

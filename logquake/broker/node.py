@@ -48,6 +48,7 @@ from logquake.broker.metadata import (
     create_topic_entry,
 )
 from logquake.broker.nodeconfig import NodeConfig
+from logquake.broker.partition import PartitionState
 from logquake.broker.raft import (
     EARLY_KINDS,
     LEADER,
@@ -92,6 +93,7 @@ MEMORY_STATS_EVERY_S = 30  # memory gauges join the stats line this often
 TURN_APPLY_ENTRIES = 2048
 META_COMMITTED_PER_READY = 8  # metadata entries applied per Ready (each may open a group's log)
 IDLE_RELEASE_S = 5  # a group whose log did not grow for this long releases its payload window
+LOAD_WINDOW_BYTES = 64 << 10  # payloads a group loads at start (n3 of a soak: 204 groups, 469 KiB kept)
 
 
 def window_shares(held: Sequence[int], budget: int) -> list[int | None]:
@@ -259,25 +261,30 @@ class Node:
 
     # ---- groups ----------------------------------------------------------------------------
 
-    def _make_raft(self, name: str, voters: tuple[int, ...], config: RaftConfig | None = None
-                   ) -> tuple[RaftNode, Any]:
+    def _make_raft(self, name: str, voters: tuple[int, ...], config: RaftConfig | None = None, *,
+                   partition: bool = False) -> tuple[RaftNode, Any, PartitionState | None]:
+        """The group's Raft node over its store, and for a `partition` the state checkpointed
+        in it, if still valid (Raft then hands out only the committed entries after it)."""
         store = open_store(self.cfg.data_dir / "groups" / name, fsync=self.cfg.effective_fsync,
                            files=self._files)
         cfg = config or self.raft_cfg
-        # Only the newest payloads are loaded; Raft reads older ones back from the store.
-        hs, runs, entries = store.load(cfg.log_window_bytes)
+        # Only the newest payloads are loaded, at most LOAD_WINDOW_BYTES of them: the node
+        # trims every window to its budget soon after, and Raft reads older ones back.
+        hs, runs, entries = store.load(min(cfg.log_window_bytes, LOAD_WINDOW_BYTES))
+        state = store.load_checkpoint() if partition else None
         raft = RaftNode(group=name, node_id=self.id, voters=voters, config=cfg,
                         rng=random.Random(self.rng.random()), hard_state=hs, entries=entries,
                         term_runs=runs, reader=store.read, payload_reader=store.read_payloads,
+                        applied=state.applied_index if state is not None else 0,
                         repaired_term=store.repaired_term)
-        return raft, store
+        return raft, store, state
 
     def _open_metadata(self) -> MetadataReplica:
         # Followers create a new topic's replicas when they apply its entry: tell them of the
         # commit at once, not at the next heartbeat (up to heartbeat_ticks later). An entry
         # may open a group's log (~5 ms, a 25 MB one 0.3 s): a restart opening 140 in one
         # turn held the loop for 0.75 s, so a few per Ready.
-        raft, store = self._make_raft(META_NAME, self.node_ids,
+        raft, store, _ = self._make_raft(META_NAME, self.node_ids,
                                       dataclasses.replace(self.raft_cfg, commit_heartbeats=True,
                                                           max_committed_entries=META_COMMITTED_PER_READY))
         m = MetadataReplica(raft, store, self.node_ids, self._on_new_partition)
@@ -289,11 +296,11 @@ class Node:
     def _on_new_partition(self, info: PartitionInfo) -> None:
         if self.id not in info.replicas or info.group_id in self.partitions:
             return
-        raft, store = self._make_raft(group_name(info.group_id), info.replicas)
-        rep = PartitionReplica(info, raft, store)
+        raft, store, state = self._make_raft(group_name(info.group_id), info.replicas, partition=True)
+        rep = PartitionReplica(info, raft, store, state=state)
         rep.on_input = self.touch
-        log.info("%s: replica of %s-%d created (replicas %s)", rep.name, info.topic, info.partition,
-                 info.replicas)
+        log.info("%s: replica of %s-%d created (replicas %s, applied %d from a checkpoint)", rep.name,
+                 info.topic, info.partition, info.replicas, raft.applied_index)
         self.partitions[info.group_id] = rep
         self.groups[rep.name] = rep
         self.touch(rep)  # a restarted replica may have entries to apply at once

@@ -305,6 +305,23 @@ class PartitionState:
         del pays[:k]
         self.payload_bytes = size
 
+    def detached(self) -> PartitionState:
+        """This state with every batch indexed by samples and no payload held: what a
+        checkpoint keeps (checkpoint.py). The rows are sampled as `trim` would cut them, into
+        copies: this state is left as it is."""
+        c = PartitionState(next_offset=self.next_offset, log_start_offset=self.log_start_offset,
+                           applied_index=self.applied_index, last_term=self.last_term, epochs=list(self.epochs),
+                           producers=self.producers, txns=self.txns, sample_bytes=self.sample_bytes,
+                           _before_rows=self._before_rows, _s_bases=array("q", self._s_bases),
+                           _s_indexes=array("q", self._s_indexes), _s_before=array("q", self._s_before),
+                           _s_max_ts=array("q", self._s_max_ts))
+        # Borrowed for `_sample_rows`, which only reads the rows, then given back empty.
+        c._bases, c._indexes, c._ends, c._lengths, c._max_ts = (
+            self._bases, self._indexes, self._ends, self._lengths, self._max_ts)
+        c._sample_rows(len(self._bases))
+        c._bases, c._indexes, c._ends, c._lengths, c._max_ts = _col(), _col(), _col(), _col(), _col()
+        return c
+
     def _sample_rows(self, k: int) -> None:
         """Sample rows 0..k-1 (whole entries), about to be cut: the first batch of an entry gets
         a sample once `sample_bytes` of batches passed since the last one."""

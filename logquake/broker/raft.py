@@ -539,7 +539,8 @@ class RaftNode:
             itself: the shell's reader does, and only for entries below the window.
         payload_reader: optionally, a faster read of just the payloads (`PayloadReader`).
         applied: entries up to this index are already reflected in the state machine and are
-            not delivered again in `Ready.committed` (0: replay the committed log on restart).
+            not delivered again in `Ready.committed` (0: replay the committed log on restart);
+            they are committed, so the commit index starts at least there.
         repaired_term: storage cut a damaged tail of this log when the node was in this term
             (`SegmentLog.repaired_term`): entries it persisted, and maybe acked, are gone. The
             node stays out of elections until caught up (module docstring, "Repaired storage").
@@ -575,7 +576,10 @@ class RaftNode:
         hs = hard_state or HardState(0, None, 0)
         self._term = hs.term
         self._vote = hs.vote
-        self._commit = min(hs.commit, log.last)
+        # Entries applied were committed: a checkpoint of the state machine may be ahead of
+        # the hard state's commit index, which is written lazily (the shell checked that the
+        # log holds `applied` with the checkpoint's term, so by log matching it is that entry).
+        self._commit = min(max(hs.commit, applied), log.last)
         self._persisted_hs = HardState(self._term, self._vote, self._commit)
         if log.last_term > self._term:
             # A crash between writing a Ready's entries and its hard state: we accepted entries

@@ -9,6 +9,11 @@ Leader readiness: a new leader serves produce only once it has applied an entry 
 term (its no-op). From then on the committed state covers every earlier entry of its log,
 so the next offset and the speculative producer state are the committed ones plus its own
 proposals, which Raft never drops while it stays leader in that term.
+
+Restarts: a replica may start from a checkpoint of its state (checkpoint.py), its Raft node
+built with `applied` at the checkpoint's index so only the entries after it are applied. It
+saves checkpoints as it applies (the store's `Checkpoints` says when), each at an index its
+own log has persisted, so a crash rarely leaves one ahead of the log.
 """
 
 from __future__ import annotations
@@ -86,10 +91,19 @@ class _GroupBase:
 class PartitionReplica(_GroupBase):
     """A partition's Raft group on this node."""
 
-    def __init__(self, info: PartitionInfo, raft: RaftNode, store: Any) -> None:
+    def __init__(self, info: PartitionInfo, raft: RaftNode, store: Any, *,
+                 state: pmod.PartitionState | None = None) -> None:
+        """`state`: a checkpoint to start from (`GroupStore.load_checkpoint`), whose applied
+        index `raft` was built with."""
         super().__init__(raft, store)
         self.info = info
-        self.state = self._new_state()
+        if state is not None and state.applied_index != raft.applied_index:
+            raise ValueError(f"state at index {state.applied_index}, Raft applied {raft.applied_index}")
+        self.state = self._new_state() if state is None else self._attach(state)
+        self._checkpoints = getattr(store, "checkpoints", None)
+        if self._checkpoints is not None:
+            self._checkpoints.restored(self.state)
+            self._checkpoints.source = lambda: self.state
         self.leader_ready = False
         self.next_offset = 0  # leader: next Kafka offset to assign (includes uncommitted appends)
         self.spec_producers = producer_state.EMPTY
@@ -106,6 +120,12 @@ class PartitionReplica(_GroupBase):
         """An empty state that holds the same payload window as the Raft log (they share the
         payload objects) and reads older batches back through the Raft log."""
         return pmod.PartitionState(payload_window=self.raft.cfg.log_window_bytes, loader=self._load_entries)
+
+    def _attach(self, state: pmod.PartitionState) -> pmod.PartitionState:
+        """A restored state, reading its batches back through this replica's Raft log."""
+        state.payload_window = self.raft.cfg.log_window_bytes
+        state.loader = self._load_entries
+        return state
 
     def _load_entries(self, lo: int, hi: int) -> list[bytes]:
         return self.raft.payloads(lo, hi)
@@ -189,6 +209,11 @@ class PartitionReplica(_GroupBase):
             self._apply(e)
         if self.state.next_offset != hw_before:
             self._wake_fetchers()
+        ck = self._checkpoints
+        # Only at an index this log has persisted: one ahead of it would be discarded after a crash.
+        if (ck is not None and entries and ck.note(len(entries), sum(len(e.data) for e in entries))
+                and self.state.applied_index <= self.raft.stable_index):
+            ck.save(self.state)
 
     def _apply(self, e: Entry) -> None:
         res = pmod.apply(self.state, index=e.index, term=e.term, data=e.data)
@@ -218,6 +243,8 @@ class PartitionReplica(_GroupBase):
             for e in chunk:
                 pmod.apply(self.state, index=e.index, term=e.term, data=e.data)
             i = chunk[-1].index + 1
+        if self._checkpoints is not None:
+            self._checkpoints.forget()
 
     def wake_on_data(self, fut: asyncio.Future[None]) -> None:
         """Resolve `fut` when committed entries move the high watermark (a long-polling fetch

@@ -5,12 +5,17 @@ fsyncs all written logs together with `sync()` from one worker thread (fsync coa
 across groups), so one fsync round covers everything a loop turn produced. The node locks its
 whole data directory once (`DirLock`) and its logs share one `OpenFiles`, so its descriptors
 stay bounded however many partitions it has held.
+
+A partition's store also keeps its state machine's checkpoints (checkpoint.py): read after
+the log is loaded (`load_checkpoint`), written as the replica applies and when it closes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from logquake.broker import checkpoint
+from logquake.broker.partition import PartitionState
 from logquake.broker.raft import Entry, HardState
 from logquake.broker.storage import OpenFiles, SegmentLog
 
@@ -21,11 +26,20 @@ class GroupStore:
     """One group's log: load, append (+ hard state), sync, read back, close."""
 
     def __init__(self, path: Path, fsync: str, files: OpenFiles) -> None:
+        self.path = path
         self._log = SegmentLog(path, fsync=fsync, lock=False, files=files)
+        self.checkpoints = checkpoint.Checkpoints(path, fsync=fsync != "never")
+        self._runs: list[tuple[int, int]] = []
 
     def load(self, window_bytes: int | None = None) -> tuple[HardState | None, list[tuple[int, int]], list[Entry]]:
         """Hard state, every term's (first index, term) and the newest entries (`load_window`)."""
-        return self._log.load_window(window_bytes)
+        hs, self._runs, entries = self._log.load_window(window_bytes)
+        return hs, self._runs, entries
+
+    def load_checkpoint(self) -> PartitionState | None:
+        """The partition state checkpointed here, if the loaded log still holds its index
+        with its term (`checkpoint.read`; call after `load`)."""
+        return checkpoint.read(self.path, self._runs, self._log.last_index)
 
     @property
     def repaired_term(self) -> int | None:
@@ -53,7 +67,9 @@ class GroupStore:
         self._log.sync(exclusive=True)
 
     def close(self) -> None:
+        """Close the log (synced), then write the state machine's last checkpoint, if any."""
         self._log.close()
+        self.checkpoints.close()
 
 
 def open_store(path: Path, *, fsync: str, files: OpenFiles) -> GroupStore:

@@ -8,8 +8,10 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from logquake.broker.raft import Entry, HardState, RaftNode
+from logquake.broker.raft import ENTRY_COST, Entry, HardState, RaftNode
 from logquake.broker.storage import DirLock, OpenFiles, SegmentLog, StorageError
 
 
@@ -359,3 +361,52 @@ def test_reads_from_sparse_positions_match_every_range(tmp_path: Path) -> None:
             k = next((j + 1 for j in range(len(want)) if sum(size[: j + 1]) >= cap), len(want))
             assert got == want[:k]
         s.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=40), damage=st.integers(-1, 10**6),
+       flip=st.booleans(), window=st.sampled_from([None, 0, 1, 200, 700, 1 << 20]), data=st.data())
+def test_a_scan_through_small_chunks_finds_what_one_big_read_does(sizes, damage, flip, window, data) -> None:  # noqa: ANN001
+    """load_window parses records in place across chunk boundaries: any chunk size keeps the
+    same entries, cuts a damaged tail at the same record, and keeps the newest entries whose
+    payloads (plus ENTRY_COST each) reach the window, at least the last."""
+    import tempfile
+
+    from logquake.broker import storage
+
+    want = [Entry(1 + i // 7, i + 1, bytes([i % 256]) * n) for i, n in enumerate(sizes)]
+    outcomes = []
+    for chunk in (1 << 20, data.draw(st.integers(1, 64), label="chunk"), 13):
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            with SegmentLog(d, segment_bytes=1500, index_bytes=data.draw(st.sampled_from([1, 100, 4096]))) as s:
+                s.load()
+                s.append(want)
+            if damage >= 0:  # tear or flip a byte of the last segment
+                seg = segments(d)[-1]
+                raw = bytearray(seg.read_bytes())
+                at = damage % len(raw)
+                if flip:
+                    raw[at] ^= 0x10
+                else:
+                    del raw[at:]
+                seg.write_bytes(bytes(raw))
+            old = storage._LOAD_CHUNK
+            storage._LOAD_CHUNK = chunk
+            try:
+                with SegmentLog(d) as s:
+                    _, runs, got = s.load_window(window)
+                    every = s.read(1, s.last_index + 1) if s.last_index else []
+            finally:
+                storage._LOAD_CHUNK = old
+        assert every == want[: len(every)]
+        assert runs == [(e.index, e.term) for k, e in enumerate(every) if k == 0 or every[k - 1].term != e.term]
+        if window is None:
+            assert got == every
+        elif every:
+            assert got and got == every[-len(got) :]
+            cost = [len(e.data) + ENTRY_COST for e in got]
+            assert len(got) == 1 or sum(cost[1:]) < window  # no fewer would reach it
+            assert sum(cost) >= window or got == every
+        outcomes.append((len(every), got))
+    assert outcomes[0] == outcomes[1] == outcomes[2]

@@ -1,8 +1,9 @@
 """A Hypothesis model of a partition replica holding a window: the Raft log (payloads read
 back from a SegmentLog with sparse positions), the partition's rows and sparse samples, the
-node budget's partial releases and restarts that replay the log, against a PartitionState
-that holds every payload. Sizes are tiny so every boundary (a sample, the first row, the
-Raft log's first entry in memory, a segment's end) is crossed often."""
+node budget's partial releases and restarts (clean, or crashes) that restore the last
+checkpoint and replay the log after it, against a PartitionState that holds every payload.
+Sizes are tiny so every boundary (a sample, the first row, the Raft log's first entry in
+memory, a segment's end) is crossed often."""
 
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ class WindowModel(RuleBasedStateMachine):
         self.store: GroupStore | None = None
 
     @initialize(window=st.sampled_from([0, 100, 400, 1500]), sample_bytes=st.sampled_from([1, 120, 500]),
-                index_bytes=st.sampled_from([1, 90, 4096]), segment_bytes=st.sampled_from([300, 2000, 1 << 20]))
-    def open(self, window: int, sample_bytes: int, index_bytes: int, segment_bytes: int) -> None:
-        self.window, self.sample_bytes = window, sample_bytes
+                index_bytes=st.sampled_from([1, 90, 4096]), segment_bytes=st.sampled_from([300, 2000, 1 << 20]),
+                checkpoint_every=st.sampled_from([1, 3, 10**9]))
+    def open(self, window: int, sample_bytes: int, index_bytes: int, segment_bytes: int,
+             checkpoint_every: int) -> None:
+        self.window, self.sample_bytes, self.checkpoint_every = window, sample_bytes, checkpoint_every
         self.index_bytes, self.segment_bytes = index_bytes, segment_bytes
         self._start()
 
@@ -54,11 +57,14 @@ class WindowModel(RuleBasedStateMachine):
         store = self.store = GroupStore(self.dir, "never", OpenFiles())
         store._log.segment_bytes = self.segment_bytes  # noqa: SLF001 - many segments, few entries
         store._log.index_bytes = self.index_bytes  # noqa: SLF001
+        store.checkpoints.every_entries = self.checkpoint_every
         hs, runs, tail = store.load(self.window)
+        state = store.load_checkpoint()  # as Node._make_raft does: the tail after it is applied
         self.raft = RaftNode(group="p1", node_id=1, voters=(1,), config=RaftConfig(log_window_bytes=self.window),
                              rng=random.Random(0), hard_state=hs, entries=tail, term_runs=runs, reader=store.read,
-                             payload_reader=store.read_payloads)
-        self.rep = PartitionReplica(PartitionInfo(topic="t", partition=0, group_id=1, replicas=(1,)), self.raft, store)
+                             payload_reader=store.read_payloads, applied=state.applied_index if state else 0)
+        self.rep = PartitionReplica(PartitionInfo(topic="t", partition=0, group_id=1, replicas=(1,)), self.raft, store,
+                                    state=state)
         self.rep.state.sample_bytes = self.sample_bytes
         self.raft.campaign()
         self._run()
@@ -89,6 +95,14 @@ class WindowModel(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         self.store.close()
+        self._start()
+
+    @rule()
+    def crash(self) -> None:
+        """Stop with no close: the last periodic checkpoint (if any) and the log's tail."""
+        self.store.checkpoints._wait()  # noqa: SLF001 - a write in flight ends either way; let it
+        self.store.checkpoints.source = None
+        self.store._log._closed = True  # noqa: SLF001 - abandoned, as a killed process leaves it
         self._start()
 
     @rule(data=st.data())

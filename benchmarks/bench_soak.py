@@ -1,6 +1,7 @@
 """Soak: one long `logquake run` under every fault, watched for growth that has no bound.
 
-One run of the queue workload with transactions against the lab's embedded brokers, under
+One run of the queue workload with transactions, on `--key-count` keys that never retire (see
+MAX_WRITES_PER_KEY), against the lab's embedded brokers, under
 partition, kill, pause, clock and disk faults; or (`--system jetstream`) against nats-server,
 whose transactions are atomic batches, under the same faults but the clock (which JetStream
 refuses). Every `--interval` s (10) this script samples, with psutil, the harness process and
@@ -56,6 +57,11 @@ COUNTED = {"fds", "threads"}
 # JetStream refuses clock faults: nats-server reads the clock through the vDSO (systems/jetstream).
 NEMESIS = {"kafka": "partition,kill,pause,clock,disk", "jetstream": "partition,kill,pause,disk"}
 HARNESS, HISTORY = "harness", "history"
+# Keys never retire in a soak: every node hosts the same topics all hour, so nothing it must
+# hold grows with the hour. Elle's rotation (the run's default, a key retired after <= 1024
+# writes) makes ~6 new topics a minute, each ~45 KiB of a broker's heap (soak 65's stats
+# lines): growth that follows the workload, not time, and a leak could hide in it.
+MAX_WRITES_PER_KEY = 10**9
 MAIN = "main"  # the runner's phase with workload and faults (logquake.workloads.generator.MAIN)
 METRICS = {"rss_mb": "resident memory (MB)", "fds": "open file descriptors", "threads": "threads",
            "history_mb": "history (MB)", "history_lines": "history (lines: invocations and completions)",
@@ -295,7 +301,8 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
     argv = [sys.executable, "-m", "logquake", "run", "--system", a.system, "--workload", "queue", "--txn",
             "--nemesis", a.nemesis,
             "--time-limit", f"{seconds:g}", "--rate", f"{a.rate:g}", "--concurrency", str(a.concurrency),
-            "--nodes", str(a.nodes), "--backend", "lab", "--name", "soak", "--results-dir", str(out / "run")]
+            "--nodes", str(a.nodes), "--backend", "lab", "--name", "soak", "--results-dir", str(out / "run"),
+            "--key-count", str(a.key_count), "--max-writes-per-key", str(a.max_writes_per_key)]
     if a.nemesis_interval is not None:
         argv += ["--nemesis-interval", f"{a.nemesis_interval:g}"]
     if a.seed is not None:
@@ -494,6 +501,10 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="target ops/s (default 100, the run's default)")
     ap.add_argument("--concurrency", type=int, default=10)
     ap.add_argument("--nodes", type=int, default=5)
+    ap.add_argument("--key-count", type=int, default=10, help="keys (topics) written at a time (default 10)")
+    ap.add_argument("--max-writes-per-key", type=int, default=MAX_WRITES_PER_KEY,
+                    help="retire a key after a random 1..this many writes (default: never; 1024 is the run's "
+                         "rotation, which adds topics all hour)")
     ap.add_argument("--system", choices=sorted(NEMESIS), default="kafka",
                     help="kafka (the embedded brokers, default) or jetstream (nats-server; txns are atomic batches)")
     ap.add_argument("--nemesis", help="faults (default every one the system takes: "

@@ -83,6 +83,12 @@ def run(
         bool | None, typer.Option("--txn/--no-txn", help="Ops are transactions of 1-4 micro-ops (default no).")
     ] = None,
     sub_via: Annotated[str | None, typer.Option(help="assign | subscribe (default assign).")] = None,
+    key_count: Annotated[int | None, typer.Option(help="queue: keys written at a time (default 10).")] = None,
+    max_writes_per_key: Annotated[
+        int | None,
+        typer.Option(help="queue: a key is retired after a random 1..this many writes, a fresh one (a new topic) "
+                          "taking its place (default 1024)."),
+    ] = None,
     guarantee: Annotated[
         str | None,
         typer.Option(help="Delivery guarantee profile: at-most-once | at-least-once | idempotent | exactly-once "
@@ -112,6 +118,7 @@ def run(
         {
             "workload": workload, "system": system, "nodes": nodes, "time_limit": time_limit, "rate": rate, "concurrency": concurrency,
             "nemesis": nemesis, "nemesis_interval": nemesis_interval, "txn": txn, "sub_via": sub_via,
+            "key_count": key_count, "max_writes_per_key": max_writes_per_key,
             "guarantee": guarantee, "client": client, "seed": seed, "name": name, "results_dir": results_dir,
             "backend": backend, "bootstrap_servers": bootstrap_servers, "replication_factor": replication_factor,
         },

@@ -17,6 +17,11 @@ Keys (YAML uses the same names; CLI flags use dashes: `--time-limit`):
                       ([]; `logquake run`: RUN_DEFAULTS, partition and kill)
     nemesis_interval  mean seconds between fault start/stop flips                    (10)
     txn               queue ops are transactions of 1-4 micro-ops                     (false)
+    key_count         queue keys written at a time (Jepsen's --key-count)              (10)
+    max_writes_per_key a queue key is retired after a random 1..this many writes and a
+                      fresh one takes its place, as in Elle; each key is a topic, so a
+                      run makes new topics until the end. Large: the same key_count
+                      topics all run long (a soak whose brokers host a fixed set) (1024)
     sub_via           assign | subscribe                                             (assign)
     client            confluent | kafka-python | nats-py                 (the system's first)
     guarantee         at-most-once | at-least-once | idempotent | exactly-once       (at-least-once)
@@ -86,6 +91,8 @@ class TestConfig:
     nemesis: tuple[str, ...] = ()
     nemesis_interval: float = 10.0
     txn: bool = False
+    key_count: int = 10
+    max_writes_per_key: int = 1024
     sub_via: str = "assign"
     client: str = "confluent"
     guarantee: str = "at-least-once"
@@ -186,8 +193,10 @@ def _validate_value(key: str, value: Any) -> Any:
             return _number(key, value, int, 1, 15)
         case "concurrency":
             return _number(key, value, int, 1, 1000)
-        case "partitions":
+        case "partitions" | "key_count":
             return _number(key, value, int, 1, 1000)
+        case "max_writes_per_key":
+            return _number(key, value, int, 1, 10**9)
         case "replication_factor":
             return _number(key, value, int, 1, 15)
         case "seed":
@@ -296,6 +305,10 @@ def _check_system(cfg: TestConfig) -> None:
 
         takers = ", ".join(w.name for w in WORKLOADS.values() if w.txn)
         raise ConfigError("txn", f"workload {cfg.workload} has no transactions to turn on; txn is for {takers}")
+    if not workload.keys:
+        for key in ("key_count", "max_writes_per_key"):
+            if getattr(cfg, key) != getattr(TestConfig, key):
+                raise ConfigError(key, f"workload {cfg.workload} does not rotate keys; {key} is for queue")
     system.check_config(cfg)
     for feature, key in needs.items():  # what the workload really uses, asked last (it may run a binary)
         why = (f"system {cfg.system} has no {feature} logquake drives" if feature not in system.features

@@ -23,6 +23,7 @@ def make_generator(cfg: TestConfig, *, first_key: int = 0) -> QueueGenerator:
     # save with --txn, which makes every producer idempotent (it resends a batch whole).
     resend = system.dedup_window is not None and bool(producer_settings(cfg).get("idempotence"))
     return QueueGenerator(seed=cfg.seed, txn=cfg.txn, sub_via=cfg.sub_via, first_key=first_key,
+                          active_keys=cfg.key_count, max_writes_per_key=cfg.max_writes_per_key,
                           one_key_txns=system.txn_writes_one_key, resend=resend)
 
 

@@ -96,6 +96,8 @@ class Workload:
         txn: its ops become transactions when the test asks (the `txn` key). Elsewhere
             config load refuses `txn`, unless the test's guarantee already runs it in
             transactions (`needs`: a Kafka exactly-once pipeline's test.json says txn).
+        keys: its generator rotates keys as Elle's does (`key_count`, `max_writes_per_key`);
+            elsewhere config load refuses those keys.
     """
 
     name: str
@@ -113,6 +115,7 @@ class Workload:
     final_read: bool = False
     needs: Callable[[TestConfig], Mapping[str, str]] = lambda cfg: {}
     txn: bool = False
+    keys: bool = False
 
     def __post_init__(self) -> None:
         if (self.drive is None) == (self.make_generator is None or self.make_client is None):
@@ -303,7 +306,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload(name="queue", summary="sends, polls and transactions on keyed partitions (Jepsen's Kafka test)",
                  clients=("confluent", "kafka-python", "nats-py"), check=_queue_check, allowed=_queue_allowed,
                  client_configs=_queue_configs, make_generator=_queue_generator, make_client=_queue_client,
-                 final_read=True, needs=_queue_needs, txn=True),
+                 final_read=True, needs=_queue_needs, txn=True, keys=True),
         Workload(name="pipeline", summary="consume-transform-produce: how often each input reaches the output",
                  clients=("confluent", "nats-py"), check=_pipeline_check, allowed=_pipeline_allowed,
                  client_configs=_pipeline_configs, drive=_pipeline_drive, needs=_pipeline_needs),

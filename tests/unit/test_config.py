@@ -193,3 +193,24 @@ def test_txn_stays_where_the_guarantee_already_runs_the_workload_in_transactions
     assert resolve_config(None, {"workload": "pipeline", "guarantee": "exactly-once", "txn": True}).txn
     with pytest.raises(ConfigError, match="^txn: workload pipeline"):
         resolve_config(None, {"workload": "pipeline", "guarantee": "idempotent", "txn": True})
+
+
+def test_key_rotation_keys_reach_the_queue_generator() -> None:
+    from logquake.workloads.queue import make_generator
+
+    cfg = resolve_config(None, {"key_count": 3, "max_writes_per_key": 10**9, "seed": 1})
+    gen = make_generator(cfg)
+    assert (len(gen.active), gen.max_writes_per_key) == (3, 10**9)
+    assert (resolve_config(None, {}).key_count, resolve_config(None, {}).max_writes_per_key) == (10, 1024)
+
+
+@pytest.mark.parametrize(("overrides", "key", "fragment"), [
+    ({"key_count": 0}, "key_count", "between 1 and 1000, got 0"),
+    ({"max_writes_per_key": "many"}, "max_writes_per_key", "expected an integer"),
+    ({"workload": "offsets", "key_count": 4}, "key_count", "workload offsets does not rotate keys"),
+    ({"workload": "pipeline", "max_writes_per_key": 5}, "max_writes_per_key", "is for queue"),
+])
+def test_key_rotation_keys_are_checked_and_refused_where_no_keys_rotate(overrides, key, fragment) -> None:
+    with pytest.raises(ConfigError) as e:
+        resolve_config(None, overrides)
+    assert e.value.key == key and fragment in str(e.value), str(e.value)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from logquake.faults import HEAL, START, STOP
 from logquake.history import INFO, NEMESIS, Op
 from logquake.nemesis.protocol import Nemesis
 
@@ -120,7 +121,7 @@ class NemesisScheduler:
             self.flipflop.advance(action)
 
     def _act(self, action: Action) -> None:
-        f = f"{action.kind}-{action.fault}"
+        f = (START if action.kind == "start" else STOP) + action.fault
         try:
             value = self.nemesis.start(action.fault) if action.kind == "start" else self.nemesis.stop()
             self._record(f, value)
@@ -149,8 +150,8 @@ class NemesisScheduler:
                 value = self.nemesis.heal()
             except Exception as e:
                 log.error("final heal failed (analysis continues): %s", e)
-                self.errors.append(f"heal: {e}")
-                self._record("heal", None, error=str(e))
+                self.errors.append(f"{HEAL}: {e}")
+                self._record(HEAL, None, error=str(e))
                 return False
-            self._record("heal", value)
+            self._record(HEAL, value)
             return True

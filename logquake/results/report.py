@@ -30,6 +30,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from logquake.errors import UserError
+from logquake.faults import START, STOP
 from logquake.guarantees import GUARANTEES
 from logquake.history import read_history
 from logquake.results import plots
@@ -403,7 +404,7 @@ def other_nemesis_ops(d: Digest) -> list[tuple[str, int]]:
     """Nemesis ops that are not start-X/stop-X (a custom nemesis): f and how often."""
     counts: dict[str, int] = {}
     for op in d.nemesis_ops:
-        if not op.f.startswith(("start-", "stop-")):
+        if not op.f.startswith((START, STOP)):
             counts[op.f] = counts.get(op.f, 0) + 1
     return sorted(counts.items())
 

@@ -23,13 +23,12 @@ from logquake.broker import checkpoint
 from logquake.broker import partition as pmod
 from logquake.broker.batches import control_batch
 from logquake.broker.metadata import PartitionInfo
-from logquake.broker.node import Node
 from logquake.broker.raft import HardState, RaftConfig, RaftNode
 from logquake.broker.records import batches_span, parse_batches, rewrite_batches
 from logquake.broker.replica import PartitionReplica
 from logquake.broker.storage import OpenFiles
 from logquake.broker.storage_adapter import GroupStore
-from tests.broker.test_restart import _config, _until
+from tests.broker.conftest import leading_partition, one_node_config
 
 
 def _data(pid: int, epoch: int, seq: int, n: int, ts: int, *, txn: bool) -> bytes:
@@ -258,22 +257,14 @@ def test_a_checkpoint_the_log_does_not_vouch_for_is_discarded(tmp_path: Path, da
 
 
 async def _produce(cfg, n: int) -> int:  # noqa: ANN001
-    node = Node(cfg)
-    run = asyncio.create_task(node.run())
-    err, _ = await node.create_topic("t", 1, 1)
-    assert err == 0
-    await _until(lambda: node.partitions and next(iter(node.partitions.values())).is_ready_leader, "a leader")
-    rep = next(iter(node.partitions.values()))
-    futs = []
-    for k in range(n):
-        b = _batch(k)
-        futs.append(rep.append(b, parse_batches(b), -1))
-    node.kick()
-    assert all(o.error_code == 0 for o in await asyncio.gather(*futs))
-    last = rep.raft.applied_index
-    node.stop()
-    await run
-    return last
+    async with leading_partition(cfg, new_topic="t") as (node, rep):
+        futs = []
+        for k in range(n):
+            b = _batch(k)
+            futs.append(rep.append(b, parse_batches(b), -1))
+        node.kick()
+        assert all(o.error_code == 0 for o in await asyncio.gather(*futs))
+        return rep.raft.applied_index
 
 
 async def _restart(cfg, monkeypatch) -> tuple[int, int]:  # noqa: ANN001
@@ -281,19 +272,14 @@ async def _restart(cfg, monkeypatch) -> tuple[int, int]:  # noqa: ANN001
     applied = []
     real = pmod.apply
     monkeypatch.setattr(pmod, "apply", lambda st_, **kw: applied.append(kw["index"]) or real(st_, **kw))
-    node = Node(cfg)
-    run = asyncio.create_task(node.run())
-    await _until(lambda: node.partitions and next(iter(node.partitions.values())).is_ready_leader, "a leader")
-    rep = next(iter(node.partitions.values()))
-    assert rep.state.next_offset == 2000
-    node.stop()
-    await run
+    async with leading_partition(cfg) as (_, rep):
+        assert rep.state.next_offset == 2000
     return len(applied), rep.raft.applied_index
 
 
 def test_a_restarted_broker_applies_only_what_its_partitions_wrote_since_they_stopped(tmp_path: Path,
                                                                                       monkeypatch) -> None:  # noqa: ANN001
-    cfg = _config(tmp_path)
+    cfg = one_node_config(tmp_path)
     last = asyncio.run(_produce(cfg, 2000))
     assert last > 2000
     applied, now = asyncio.run(_restart(cfg, monkeypatch))

@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logquake.broker import checkpoint, txn, txn_log
-from logquake.broker.localcluster import free_ports
 from logquake.broker.node import Node
-from logquake.broker.nodeconfig import NodeAddress, NodeConfig
+from logquake.broker.nodeconfig import NodeConfig
 from logquake.broker.raft import Entry, HardState, RaftConfig, RaftNode
 from logquake.broker.records import parse_batches
 from logquake.broker.txn import TopicPartition as TP
 from logquake.broker.txn import TxnState
+from tests.broker.conftest import leading_partition, one_node_config, until
 
 ENTRIES = 6000  # several replay Readies at the default max_committed_entries
 
@@ -46,38 +46,17 @@ def test_a_replay_hands_out_its_committed_entries_a_bounded_chunk_at_a_time() ->
     assert got == list(range(1, 5001))
 
 
-def _config(base: Path) -> NodeConfig:
-    kafka, raft = free_ports(2)
-    return NodeConfig(node_id=1, data_dir=base / "data", log_file=base / "log", fsync="never", tick_ms=20,
-                      nodes=(NodeAddress(node_id=1, host="127.0.0.1", kafka_port=kafka, raft_port=raft),))
-
-
-async def _until(cond, what: str, timeout: float = 30.0) -> None:  # noqa: ANN001
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 async def _write_txn_log(cfg: NodeConfig) -> None:
     """A one-node broker whose one partition holds ENTRIES transaction-state records, one
     Raft entry each, appended through the leader's own path (`PartitionReplica.append`)."""
-    node = Node(cfg)
-    run = asyncio.create_task(node.run())
-    err, _ = await node.create_topic("txns", 1, 1)
-    assert err == 0
-    await _until(lambda: node.partitions and next(iter(node.partitions.values())).is_ready_leader, "a leader")
-    rep = next(iter(node.partitions.values()))
-    for lo in range(0, ENTRIES, 500):
-        futs = []
-        for i in range(lo, lo + 500):
-            batch = txn_log.encode(_meta(i, f"tx-{i % 4}", TxnState.ONGOING))
-            futs.append(rep.append(batch, parse_batches(batch), -1))
-        node.kick()
-        assert all(o.error_code == 0 for o in await asyncio.gather(*futs))
-    node.stop()
-    await run
+    async with leading_partition(cfg, new_topic="txns") as (node, rep):
+        for lo in range(0, ENTRIES, 500):
+            futs = []
+            for i in range(lo, lo + 500):
+                batch = txn_log.encode(_meta(i, f"tx-{i % 4}", TxnState.ONGOING))
+                futs.append(rep.append(batch, parse_batches(batch), -1))
+            node.kick()
+            assert all(o.error_code == 0 for o in await asyncio.gather(*futs))
 
 
 async def _restart_and_watch(cfg: NodeConfig) -> tuple[int, int]:
@@ -85,7 +64,7 @@ async def _restart_and_watch(cfg: NodeConfig) -> tuple[int, int]:
     commit index that replay reached)."""
     node = Node(cfg)
     run = asyncio.create_task(node.run())
-    await _until(lambda: node.partitions, "the partition's group")
+    await until(lambda: node.partitions, "the partition's group")
     rep = next(iter(node.partitions.values()))
     target = rep.raft.commit_index
     assert target >= ENTRIES
@@ -99,7 +78,7 @@ async def _restart_and_watch(cfg: NodeConfig) -> tuple[int, int]:
 
 
 def test_a_restart_replays_a_long_log_without_holding_the_loop(tmp_path: Path) -> None:
-    cfg = _config(tmp_path)
+    cfg = one_node_config(tmp_path)
     asyncio.run(_write_txn_log(cfg))
     # Without its checkpoint (a crash before the first one): the whole log is replayed.
     for ck in (cfg.data_dir / "groups").glob(f"*/{checkpoint.FILE}"):

@@ -1,7 +1,7 @@
 """Soak: one long `logquake run` under every fault, watched for growth that has no bound.
 
-One run of the queue workload with transactions, on `--key-count` keys that never retire (see
-MAX_WRITES_PER_KEY), against the lab's embedded brokers, under
+One run of the queue workload with transactions, on `--key-count` keys that never retire read
+by subscribed consumers (see MAX_WRITES_PER_KEY), against the lab's embedded brokers, under
 partition, kill, pause, clock and disk faults; or (`--system jetstream`) against nats-server,
 whose transactions are atomic batches, under the same faults but the clock (which JetStream
 refuses). Every `--interval` s (10) this script samples, with psutil, the harness process and
@@ -57,11 +57,15 @@ COUNTED = {"fds", "threads"}
 # JetStream refuses clock faults: nats-server reads the clock through the vDSO (systems/jetstream).
 NEMESIS = {"kafka": "partition,kill,pause,clock,disk", "jetstream": "partition,kill,pause,disk"}
 HARNESS, HISTORY = "harness", "history"
-# Keys never retire in a soak: every node hosts the same topics all hour, so nothing it must
-# hold grows with the hour. Elle's rotation (the run's default, a key retired after <= 1024
-# writes) makes ~6 new topics a minute, each ~45 KiB of a broker's heap (soak 65's stats
-# lines): growth that follows the workload, not time, and a leak could hide in it.
+# The workload must hold still for growth to mean a leak. Keys never retire: every node hosts
+# the same topics all hour (Elle's rotation, the run's default, makes ~6 new topics a minute,
+# each ~45 KiB of a broker's heap: soak 65's stats lines). And consumers subscribe, in one
+# group whose committed offsets carry each topic's position from client to client, as a
+# long-lived consumer does: with assign, every fresh client reads its keys from offset 0, so
+# on logs that never retire each read grows with the hour (soak 66: history 0.2 -> 0.7 KB a
+# line and harness RSS 0.14 -> 0.55 GB in 27 minutes, librdkafka's prefetch filling up).
 MAX_WRITES_PER_KEY = 10**9
+SUB_VIA = "subscribe"
 MAIN = "main"  # the runner's phase with workload and faults (logquake.workloads.generator.MAIN)
 METRICS = {"rss_mb": "resident memory (MB)", "fds": "open file descriptors", "threads": "threads",
            "history_mb": "history (MB)", "history_lines": "history (lines: invocations and completions)",
@@ -302,7 +306,8 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
             "--nemesis", a.nemesis,
             "--time-limit", f"{seconds:g}", "--rate", f"{a.rate:g}", "--concurrency", str(a.concurrency),
             "--nodes", str(a.nodes), "--backend", "lab", "--name", "soak", "--results-dir", str(out / "run"),
-            "--key-count", str(a.key_count), "--max-writes-per-key", str(a.max_writes_per_key)]
+            "--key-count", str(a.key_count), "--max-writes-per-key", str(a.max_writes_per_key),
+            "--sub-via", a.sub_via]
     if a.nemesis_interval is not None:
         argv += ["--nemesis-interval", f"{a.nemesis_interval:g}"]
     if a.seed is not None:
@@ -502,6 +507,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=10)
     ap.add_argument("--nodes", type=int, default=5)
     ap.add_argument("--key-count", type=int, default=10, help="keys (topics) written at a time (default 10)")
+    ap.add_argument("--sub-via", choices=("assign", "subscribe"), default=SUB_VIA,
+                    help="how consumers read (default subscribe: positions carry over; see SUB_VIA)")
     ap.add_argument("--max-writes-per-key", type=int, default=MAX_WRITES_PER_KEY,
                     help="retire a key after a random 1..this many writes (default: never; 1024 is the run's "
                          "rotation, which adds topics all hour)")

@@ -164,28 +164,35 @@ def write_report(run_dir: Path) -> Path | None:
 
 
 class _Interrupt:
-    """First SIGINT sets `stop` (graceful); a second one raises KeyboardInterrupt."""
+    """The first SIGINT or SIGTERM sets `stop` (graceful); a second one raises KeyboardInterrupt.
+
+    SIGTERM is what a CI job's timeout, `timeout` and `kill` send: taken as a Ctrl-C, it ends
+    the run the same way (heal, teardown, analysis) instead of killing the harness and leaving
+    its brokers, a node's paused ones among them, running outside a lab it never took down."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, stop: threading.Event) -> None:
         self.stop = stop
         self.hits = 0
-        self._old: Any = None
+        self._old: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.hits += 1
         if self.hits > 1:
             raise KeyboardInterrupt
-        log.warning("interrupted: stopping the run gracefully (heal, teardown, analysis)")
+        log.warning("interrupted (%s): stopping the run gracefully (heal, teardown, analysis)",
+                    signal.Signals(signum).name)
         self.stop.set()
 
     def __enter__(self) -> _Interrupt:
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handle)
+            self._old = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 def run_test(

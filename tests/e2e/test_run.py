@@ -135,7 +135,10 @@ def test_acks_1_with_leaders_cut_off_reports_lost_writes(tmp_path):
     assert "lost-write" in res["bad_error_types"], res["bad_error_types"]
 
 
-def test_ctrl_c_leaves_a_complete_run_directory_and_no_lab_behind(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_leaves_a_complete_run_directory_and_no_lab_behind(tmp_path, signum):
+    # SIGTERM too: a CI job's timeout sends it, and a harness it killed outright left five
+    # brokers and their LazyFS processes running.
     requires_root_or_userns()
     before = _netns()
     results = tmp_path / "results"
@@ -153,7 +156,7 @@ def test_ctrl_c_leaves_a_complete_run_directory_and_no_lab_behind(tmp_path):
                 break
             time.sleep(0.5)
         assert history is not None, "the run never got going"
-        p.send_signal(signal.SIGINT)
+        p.send_signal(signum)
         out, _ = p.communicate(timeout=180)
     finally:
         if p.poll() is None:

@@ -508,12 +508,22 @@ def _last_output_line(lifecycle: NodeLifecycle, node: str) -> str:
     return lines[-1] if lines else ""
 
 
+#: Anomaly types that rest on the history being complete: a value nobody read, an input
+#: never seen in the output, and lost-write, a value below the highest one read that no ok op
+#: read. A run whose drain read nothing to the end cannot tell these from values it did not
+#: get to read: a poll in an op that then failed (an aborted transaction) moves its consumer,
+#: or its group's committed offset, past values no ok op will read; only the drain's final
+#: read from the beginning reads them (a SIGTERMed soak with subscribe: 28 such "lost"
+#: values, every one read by a failed txn).
+NEEDS_COMPLETE_RUN = frozenset({"unseen", "lost-write", "lost-processing"})
+
+
 def with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[str, Any]:
     """The verdict, knowing what the drain read and whether every broker was up for it.
 
     Values nobody read are `unseen`; when no drain worker got through, or brokers had died
     (a drain against a dead cluster reads nothing), that proves nothing: a verdict resting on
-    unseen alone is unknown, and so is a valid one with brokers down.
+    NEEDS_COMPLETE_RUN alone is unknown, and so is a valid one with brokers down.
     """
     if drain is None:
         return results
@@ -522,18 +532,12 @@ def with_drain(results: dict[str, Any], drain: dict[str, Any] | None) -> dict[st
     if drain.get("complete", True) and not down:
         return results
     why = (f"brokers down after the heal: {', '.join(f'{n} ({line})' for n, line in down.items())}" if down
-           else "the drain did not read every key to the end of its log: unseen values may only be unread")
+           else "the drain did not read every key to the end of its log: unseen and lost values may only be unread")
     bad = set(results.get("bad_error_types") or [])
-    if (results.get("valid") is False and bad <= {"unseen"}) or (down and results.get("valid") is True):
+    if (results.get("valid") is False and bad <= NEEDS_COMPLETE_RUN) or (down and results.get("valid") is True):
         results["valid"] = "unknown"
         results["error"] = why
     return results
-
-
-#: Anomaly types that rest on the history being complete: a value nobody read, an input
-#: never seen in the output. A run cut short before its drain read everything cannot tell
-#: these from values it simply did not get to read.
-NEEDS_COMPLETE_RUN = frozenset({"unseen", "lost-processing"})
 
 
 def with_interruption(results: dict[str, Any], *, interrupted: bool) -> dict[str, Any]:

@@ -63,3 +63,18 @@ def test_an_interruption_after_a_complete_drain_changes_nothing():
     done = {"valid": False, "bad_error_types": ["unseen"], "drain": {"complete": True, "workers_short": []}}
     assert runner.with_interruption(done, interrupted=True)["valid"] is False
     assert runner.with_interruption({"valid": True}, interrupted=False) == {"valid": True}
+
+
+def test_lost_write_after_ctrl_c_is_unknown_not_proof():
+    # Values a failed txn polled are skipped by its consumer (and its group's offsets): only
+    # the drain's final read, from the beginning, reads them again.
+    results = runner.with_interruption({"valid": False, "bad_error_types": ["lost-write", "unseen"]},
+                                       interrupted=True)
+    assert results["valid"] == "unknown" and results["proven"] == []
+
+
+def test_lost_write_with_no_drain_worker_through_is_unknown_and_with_one_stays_invalid():
+    short = {"complete": False, "workers_short": [0, 1]}
+    through = {"complete": True, "workers_short": [1]}
+    assert runner.with_drain({"valid": False, "bad_error_types": ["lost-write"]}, through)["valid"] is False
+    assert runner.with_drain({"valid": False, "bad_error_types": ["lost-write", "G1a"]}, short)["valid"] is False

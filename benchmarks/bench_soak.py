@@ -38,6 +38,7 @@ import csv
 import json
 import math
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -318,6 +319,9 @@ def soak(a: argparse.Namespace, out: Path) -> tuple[list[Sample], dict | None, i
     with open(out / "run.log", "wb") as log, open(out / "soak.csv", "w", newline="", encoding="utf-8") as table, \
             bar as progress:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # Stopped with kill: the run stops as it does on SIGTERM (heal, teardown, analysis),
+        # sampled to its end, rather than outliving this script.
+        signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
         rows = csv.writer(table)
         rows.writerow(_COLUMNS)
         task = progress.add_task("soak", total=seconds)

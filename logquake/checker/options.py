@@ -60,6 +60,9 @@ class CheckOptions:
             stream `duplicate_window`), None where dedup has no window (Kafka's idempotent
             producer). With it, duplicates a retry after the window explains are reported
             as `duplicate-after-window`, never bad (queue_duplicates.py).
+        shared_consumer: with `subscribe`, the consumers shared one server-side consumer that
+            splits a key's values among them (`System.shared_subscribe`: JetStream's durable
+            pull consumer), so gaps and backward steps inside one poll are not bad either.
         time_budget: seconds the cycle search may take before it gives up (`unknown`).
         max_examples: examples kept per anomaly type.
     """
@@ -70,6 +73,7 @@ class CheckOptions:
     ignore: tuple[str, ...] = ()
     guarantee: str | None = None
     duplicate_window: float | None = None
+    shared_consumer: bool = False
     time_budget: float = 300.0
     max_examples: int = 8
 
@@ -86,4 +90,5 @@ class CheckOptions:
 def allowed_types(opts: CheckOptions) -> frozenset[str]:
     """Anomaly types this test tolerates: reported, but they do not make it invalid."""
     return guarantees.allowed_types(reported=QUEUE_TYPES, guarantee=opts.guarantee, sub_via=opts.sub_via,
-                                    ww_deps=opts.ww_deps, ignore=opts.ignore)
+                                    ww_deps=opts.ww_deps, ignore=opts.ignore,
+                                    shared_consumer=opts.shared_consumer and opts.sub_via == "subscribe")

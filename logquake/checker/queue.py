@@ -151,6 +151,7 @@ def _assemble(found, counts, opts, errors, *, timed_out, nothing, ix) -> dict[st
         "ignore": list(opts.ignore),
         "guarantee": opts.guarantee,
         "duplicate_window": opts.duplicate_window,
+        "shared_consumer": opts.shared_consumer,
     }
     out["stats"] = {
         "client_ops": ix.client_ops if ix else 0,

@@ -180,6 +180,10 @@ class System:
     for how long (seconds) it remembers one. A restarted idempotent producer then resends its
     unsure sends (workloads/generator.py), and the checker tells duplicates a retry made within
     the window (bad) from those made after it (outside the promise).
+    `shared_subscribe`: the queue workload's subscribe binds every worker to one server-side
+    consumer that splits each key's values among them (JetStream's durable pull consumer),
+    where a Kafka group gives each partition to one member: one poll's values of a key then
+    have gaps and backward steps by design (logquake.guarantees.SHARED_CONSUMER_ALLOWS).
     `node_reads`: where the system's client can point a read at one node, the map from a
     bootstrap to each node it reaches, by name, and the bootstrap reaching that node alone;
     None where it cannot. The drain then makes its final read once more from each node
@@ -213,6 +217,7 @@ class System:
     unavailable: Callable[[TestConfig, str], str | None] = lambda cfg, feature: None
     describe: Callable[[TestConfig], dict[str, Any]] = lambda cfg: {}
     data_files: tuple[str, ...] = ()
+    shared_subscribe: bool = False
     node_reads: Callable[[str], dict[str, str]] | None = None
 
     def __post_init__(self) -> None:

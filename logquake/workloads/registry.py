@@ -134,14 +134,22 @@ def _queue_check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
     dedup_window = get_system(cfg.system).dedup_window
     return check_history(ops, CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps,
                                            ignore=cfg.ignore, guarantee=cfg.guarantee,
-                                           duplicate_window=dedup_window(cfg) if dedup_window else None))
+                                           duplicate_window=dedup_window(cfg) if dedup_window else None,
+                                           shared_consumer=_queue_shared(cfg)))
 
 
 def _queue_allowed(cfg: TestConfig) -> frozenset[str]:
     from logquake.checker.options import QUEUE_TYPES
 
     return allowed_types(reported=QUEUE_TYPES, guarantee=cfg.guarantee, sub_via=cfg.sub_via,
-                         ww_deps=cfg.ww_deps, ignore=cfg.ignore)
+                         ww_deps=cfg.ww_deps, ignore=cfg.ignore, shared_consumer=_queue_shared(cfg))
+
+
+def _queue_shared(cfg: TestConfig) -> bool:
+    """Do the test's subscribers share one consumer that splits each key among them?"""
+    from logquake.systems.base import get_system
+
+    return cfg.sub_via == "subscribe" and get_system(cfg.system).shared_subscribe
 
 
 def _queue_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -208,6 +208,37 @@ def test_int_poll_skip_exempt_after_rebalance():
     assert check(h)["valid"] is True
 
 
+def _shared_consumer_history() -> H:
+    """Process 1's poll of key 1 skips 11 (process 2 was handed it) and then gets 10 again
+    (redelivered after its ack wait): what a shared consumer does."""
+    h = H()
+    for i in range(3):
+        h.send(0, 1, 10 + i, i)
+    h.poll(1, {1: [(0, 10), (2, 12), (0, 10)]})
+    h.poll(2, {1: [(1, 11)]})
+    return h
+
+
+def test_a_shared_consumers_gaps_and_redeliveries_in_one_poll_are_reported_not_bad():
+    shared = check(_shared_consumer_history(), sub_via="subscribe", shared_consumer=True)
+    assert shared["valid"] is True
+    assert {"int-poll-skip", "int-nonmonotonic-poll"} <= set(shared["error_types"])
+    # The same polls from a Kafka group, or from consumers that were assigned: a partition
+    # has one reader, which must read it in order.
+    for opts in ({"sub_via": "subscribe"}, {"sub_via": "assign", "shared_consumer": True}):
+        r = check(_shared_consumer_history(), **opts)
+        assert r["valid"] is False and {"int-poll-skip", "int-nonmonotonic-poll"} <= set(r["bad_error_types"]), opts
+
+
+def test_a_shared_consumer_still_loses_a_value_nobody_read():
+    h = H()
+    for i in range(3):
+        h.send(0, 1, 10 + i, i)
+    h.poll(1, {1: [(0, 10), (2, 12)]})
+    r = check(h, sub_via="subscribe", shared_consumer=True)
+    assert r["valid"] is False and "lost-write" in r["bad_error_types"]
+
+
 def test_int_nonmonotonic_poll():
     h = H()
     h.send(0, 1, 10, 0)

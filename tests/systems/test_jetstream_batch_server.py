@@ -92,6 +92,20 @@ def test_a_stream_made_without_atomic_publish_gets_it_and_the_batch_goes_through
         c.close()
 
 
+def test_a_subscriber_binds_to_a_stream_a_transaction_made_atomic(cluster):
+    # The stream exists with allow_atomic, a config the subscriber's own differs from: the
+    # server answers 10058 to its create, and the subscriber must bind all the same (soak of
+    # 12-04: 16,001 failed subscribes in 3 minutes, every one of them that).
+    c = _client(cluster)
+    try:
+        assert c.invoke(_op("send", _sends(7, 1, 2))).type == OK
+        assert c.invoke(_op("subscribe", [7])).type == OK
+        done = c.invoke(_op("poll", [["poll"]]))
+        assert (done.type, done.value) == (OK, [["poll", {"7": [[1, 1], [2, 2]]}]])
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize(("value", "words"), [
     ([["send", 5, 1], ["send", 6, 1]], "one key"),
     ([["send", 5, 1], ["poll"]], "publishes only"),

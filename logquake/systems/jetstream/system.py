@@ -156,5 +156,6 @@ JETSTREAM = System(
     unavailable=_unavailable,
     describe=_describe,
     data_files=DATA_FILES,
+    shared_subscribe=True,
     node_reads=node_bootstraps,
 )

@@ -85,10 +85,12 @@ class CheckOptions:
         if self.duplicate_window is not None and not self.duplicate_window > 0:
             raise ValueError(f"duplicate_window must be a positive number of seconds, got {self.duplicate_window!r}")
         object.__setattr__(self, "ignore", tuple(self.ignore))
+        # Only subscribers share a consumer: with assign each client reads by its own position.
+        object.__setattr__(self, "shared_consumer", self.shared_consumer and self.sub_via == "subscribe")
 
 
 def allowed_types(opts: CheckOptions) -> frozenset[str]:
     """Anomaly types this test tolerates: reported, but they do not make it invalid."""
     return guarantees.allowed_types(reported=QUEUE_TYPES, guarantee=opts.guarantee, sub_via=opts.sub_via,
                                     ww_deps=opts.ww_deps, ignore=opts.ignore,
-                                    shared_consumer=opts.shared_consumer and opts.sub_via == "subscribe")
+                                    shared_consumer=opts.shared_consumer)

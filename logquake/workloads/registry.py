@@ -22,6 +22,7 @@ from logquake.errors import ConfigError
 from logquake.guarantees import GUARANTEES, allowed_types, get_guarantee
 
 if TYPE_CHECKING:
+    from logquake.checker.options import CheckOptions
     from logquake.config import TestConfig
     from logquake.history import Op
     from logquake.workloads.client import Client
@@ -127,29 +128,29 @@ class Workload:
 # -- queue: Jepsen's Kafka workload ---------------------------------------------------------
 
 
-def _queue_check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
-    from logquake.checker import CheckOptions, check_history
+def _queue_options(cfg: TestConfig) -> CheckOptions:
+    """The queue analysis a test asks for: test.json's allowed set and the check agree by
+    both coming from here."""
+    from logquake.checker import CheckOptions
     from logquake.systems.base import get_system
 
-    dedup_window = get_system(cfg.system).dedup_window
-    return check_history(ops, CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps,
-                                           ignore=cfg.ignore, guarantee=cfg.guarantee,
-                                           duplicate_window=dedup_window(cfg) if dedup_window else None,
-                                           shared_consumer=_queue_shared(cfg)))
+    system = get_system(cfg.system)
+    return CheckOptions(sub_via=cfg.sub_via, txn=cfg.txn, ww_deps=cfg.ww_deps, ignore=cfg.ignore,
+                        guarantee=cfg.guarantee,
+                        duplicate_window=system.dedup_window(cfg) if system.dedup_window else None,
+                        shared_consumer=system.shared_subscribe)
+
+
+def _queue_check(ops: list[Op], cfg: TestConfig) -> dict[str, Any]:
+    from logquake.checker import check_history
+
+    return check_history(ops, _queue_options(cfg))
 
 
 def _queue_allowed(cfg: TestConfig) -> frozenset[str]:
-    from logquake.checker.options import QUEUE_TYPES
+    from logquake.checker.options import allowed_types as queue_allowed_types
 
-    return allowed_types(reported=QUEUE_TYPES, guarantee=cfg.guarantee, sub_via=cfg.sub_via,
-                         ww_deps=cfg.ww_deps, ignore=cfg.ignore, shared_consumer=_queue_shared(cfg))
-
-
-def _queue_shared(cfg: TestConfig) -> bool:
-    """Do the test's subscribers share one consumer that splits each key among them?"""
-    from logquake.systems.base import get_system
-
-    return cfg.sub_via == "subscribe" and get_system(cfg.system).shared_subscribe
+    return queue_allowed_types(_queue_options(cfg))
 
 
 def _queue_configs(cfg: TestConfig) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -62,7 +62,8 @@ class CheckOptions:
             as `duplicate-after-window`, never bad (queue_duplicates.py).
         shared_consumer: with `subscribe`, the consumers shared one server-side consumer that
             splits a key's values among them (`System.shared_subscribe`: JetStream's durable
-            pull consumer), so gaps and backward steps inside one poll are not bad either.
+            pull consumer), so gaps inside one poll are not bad either, nor a step back to a
+            message the op marks `redelivered` (queue_internal.py).
         time_budget: seconds the cycle search may take before it gives up (`unknown`).
         max_examples: examples kept per anomaly type.
     """

@@ -35,17 +35,24 @@ def classify_step(ko, i1, i2, v1, v2, k) -> tuple[str, dict] | None:
 def int_poll_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
     """Within one op, consecutive reads of a key skip over, or go back in, the log.
 
-    Keys named in the op's rebalance log are exempt: a rebalance may move the position.
+    Keys named in the op's rebalance log are exempt: a rebalance may move the position. With
+    a shared consumer (`opts.shared_consumer`), a step back to a message the op's client
+    marked `redelivered` is none either: the server delivered it before, and its ack wait ran
+    out since. A step back to a first delivery still is: the consumer hands out new messages
+    in log order.
     """
     skips, nonmono = [], []
     orders = ix.orders
-    rebalanced: dict[int, set] = {}
+    notes: dict[int, tuple[set, dict]] = {}
     for t, k, pairs in _ragged_reads(ix):
-        got = rebalanced.get(t.id)
+        got = notes.get(t.id)
         if got is None:
-            got = rebalanced[t.id] = _rebalanced_keys(t.op)
-        if k in got:
+            op = t.op
+            got = notes[t.id] = (_rebalanced_keys(op), _redelivered(op) if opts.shared_consumer else {})
+        rebalanced, redelivered = got
+        if k in rebalanced:
             continue
+        again = redelivered.get(k, ())
         ko = orders[k]
         io, fi = ko.index_of_offset, ko.first_index
         prev = None
@@ -53,7 +60,7 @@ def int_poll_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
             i = io.get(o) if o is not None else fi.get(v)
             if i is None:
                 continue
-            if prev is not None and i - prev[0] != 1:
+            if prev is not None and i - prev[0] != 1 and not (i < prev[0] and o in again):
                 kind, e = classify_step(ko, prev[0], i, prev[1], v, k)
                 e["op"] = op_ref(t.op)
                 e["explanation"] = _int_words(t, k, prev[1], v, kind, "read")
@@ -107,6 +114,15 @@ def int_send_cases(ix: QueueIndex, opts: CheckOptions) -> dict[str, list]:
 def _int_words(t: Txn, k, v1, v2, kind: str, verb: str) -> str:
     how = "skipping over values between them" if kind == "skip" else "going backwards in the log"
     return f"{txn_name(t)} {verb} {v1} then {v2} of key {k}, {how}"
+
+
+def _redelivered(op: Op) -> dict[Any, set]:
+    """Per key, the offsets a shared consumer delivered again in this op (its `redelivered`)."""
+    marks = op.get("redelivered")
+    if not isinstance(marks, dict):
+        return {}
+    return {key_of(k): {o for o in offsets if isinstance(o, int)} for k, offsets in marks.items()
+            if isinstance(offsets, list)}
 
 
 def _rebalanced_keys(op: Op) -> set:

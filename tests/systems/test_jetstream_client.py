@@ -5,12 +5,14 @@ Start servers: run under the heavy lock.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
+import nats
 import pytest
 
 from logquake.history import FAIL, INFO, INVOKE, OK, Op
-from logquake.systems.jetstream.client import JetStreamClient
+from logquake.systems.jetstream.client import GROUP, JetStreamClient, stream_name
 from logquake.workloads.client import Validated
 
 from .jskit import local_lifecycle, running, stream_leader
@@ -113,6 +115,53 @@ def test_subscribers_share_a_durable_consumer(cluster):
         assert _read_all(c, 4) == [[1, 1], [2, 2]]
     finally:
         c.close()
+
+
+def test_a_subscribers_poll_marks_the_messages_the_group_delivered_again(cluster):
+    # Another member of the group (a raw nats-py pull subscriber) is handed 1 and does not
+    # ack it: the client's poll gets 2 alone, a first delivery, and nothing is marked. Once
+    # the member gives 1 back (nak), the group delivers it again and the poll says so: the
+    # queue check lets a poll step back only to such a message.
+    c = _client(cluster)
+    try:
+        _send(c, 8, 1)
+        assert c.invoke(_op("subscribe", [8])).type == OK
+        member = _GroupMember(cluster.bootstrap(), 8)
+        try:
+            held = member.take_one()
+            _send(c, 8, 2)
+            first = c.invoke(_op("poll", [["poll"]]))
+            assert first.type == OK and first.value == [["poll", {"8": [[2, 2]]}]]
+            assert first.get("redelivered") is None
+            member.give_back(held)
+            again = c.invoke(_op("poll", [["poll"]]))
+            assert again.type == OK and again.value == [["poll", {"8": [[1, 1]]}]]
+            assert again.get("redelivered") == {"8": [1]}
+        finally:
+            member.close()
+    finally:
+        c.close()
+
+
+class _GroupMember:
+    """A raw nats-py pull subscriber bound to the group's durable consumer of key k's stream."""
+
+    def __init__(self, urls: str, k: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.nc = self.loop.run_until_complete(nats.connect(urls.split(",")))
+        self.sub = self.loop.run_until_complete(
+            self.nc.jetstream().pull_subscribe_bind(durable=GROUP, stream=stream_name(k)))
+
+    def take_one(self):
+        (msg,) = self.loop.run_until_complete(self.sub.fetch(batch=1, timeout=5))
+        return msg
+
+    def give_back(self, msg) -> None:
+        self.loop.run_until_complete(msg.nak())
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.nc.close())
+        self.loop.close()
 
 
 @contextlib.contextmanager

@@ -715,6 +715,7 @@ class JetStreamClient(QueueClient):
         acks: list[Any] = []  # subscribe: messages to ack once the op is ok
         unread: dict[int, BaseException] = {}  # assign: keys whose read the server did not answer
         unparsed: dict[str, list[list[Any]]] = {}  # messages read whose payload is no value
+        redelivered: dict[str, list[int]] = {}  # subscribe: offsets the consumer delivered before
         for i, m in enumerate(value):
             if m[0] == "send":
                 _, k, v = m
@@ -726,19 +727,21 @@ class JetStreamClient(QueueClient):
             else:
                 polled: dict[str, list[list[Any]]] = {}
                 value[i] = ["poll", polled]
-                err = await (self._fetch(polled, unparsed, acks) if self.subscribed
+                err = await (self._fetch(polled, unparsed, redelivered, acks) if self.subscribed
                              else self._read(polled, unparsed, unread))
                 # A final read is judged per key: what the streams that answered returned
                 # counts even where another stream did not answer (the poll says which).
                 if err is not None and not (op.get("final") and 0 < len(unread) < len(self.assigned)):
                     self._seek_back(value)
-                    return _with_unparsed(complete(op, INFO, value, error=_err_text(err)), unparsed)
+                    return _with_read_notes(complete(op, INFO, value, error=_err_text(err)),
+                                            unparsed=unparsed, redelivered=redelivered)
         for msg in acks:
             try:
                 await msg.ack()
             except Exception as e:  # noqa: BLE001 - unacked: delivered again, a read twice at worst
                 log.info("ack: %s", _err_text(e))
-        done = _with_unparsed(_with_attempts(complete(op, OK, value), sent, dup), unparsed)
+        done = _with_read_notes(_with_attempts(complete(op, OK, value), sent, dup),
+                                unparsed=unparsed, redelivered=redelivered)
         if op.get("final") and not self.subscribed:
             done.extra["positions"] = {str(k): self.position.get(k, FIRST_SEQ) for k in self.assigned
                                        if k not in unread}
@@ -1035,8 +1038,10 @@ class JetStreamClient(QueueClient):
         return got
 
     async def _fetch(self, polled: dict[str, list[list[Any]]], unparsed: dict[str, list[list[Any]]],
-                     acks: list[Any]) -> BaseException | None:
-        """subscribe: whatever the shared consumer of each subscribed stream delivers now."""
+                     redelivered: dict[str, list[int]], acks: list[Any]) -> BaseException | None:
+        """subscribe: whatever the shared consumer of each subscribed stream delivers now. The
+        offsets of messages it delivered before (after an ack wait ran out) go to `redelivered`:
+        only those may come after later ones in one fetch (the checker's int-nonmonotonic-poll)."""
         keys = list(self._subs)
         results = await asyncio.gather(*(self._fetch_key(k) for k in keys), return_exceptions=True)
         err = None
@@ -1045,7 +1050,10 @@ class JetStreamClient(QueueClient):
                 err = err or res
                 continue
             for msg in res:
-                _add_read(polled, unparsed, k, msg.metadata.sequence.stream, msg.data)
+                meta = msg.metadata
+                _add_read(polled, unparsed, k, meta.sequence.stream, msg.data)
+                if meta.num_delivered > 1:
+                    redelivered.setdefault(str(k), []).append(meta.sequence.stream)
                 acks.append(msg)
         return err
 
@@ -1097,10 +1105,11 @@ def _with_attempts(done: Op, sent: _Attempts, duplicate: bool) -> Op:
     return done
 
 
-def _with_unparsed(done: Op, unparsed: dict[str, list[list[Any]]]) -> Op:
-    """`done` with the messages its polls read that hold no value (README.md's History format)."""
-    if unparsed:
-        done.extra["unparsed"] = unparsed
+def _with_read_notes(done: Op, **notes: dict[str, list[Any]]) -> Op:
+    """`done` with what its polls noted beside the values, where they noted any (README.md's
+    History format): `unparsed`, the messages that hold no value; `redelivered`, the offsets a
+    shared consumer delivered again."""
+    done.extra.update((name, note) for name, note in notes.items() if note)
     return done
 
 

@@ -155,6 +155,11 @@ def check(
     guarantee: Annotated[
         str | None, typer.Option("--guarantee", help="at-most-once, at-least-once, idempotent or exactly-once.")
     ] = None,
+    shared_consumer: Annotated[
+        bool, typer.Option("--shared-consumer", help="With subscribe, the consumers shared one server-side consumer "
+                           "(JetStream's): gaps inside a poll are not bad. For a bare history; a run directory's "
+                           "system says it.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results object as JSON.")] = False,
     model: Annotated[
         str | None,
@@ -189,9 +194,13 @@ def check(
                                             "ignore": list(ignore) if ignore else None})
     # The pairs `run` refuses are refused here too, in its words (a flag or the run's test.json).
     check_txn(run_cfg.guarantee if run_cfg else guarantee, run_cfg.txn if run_cfg else txn)
+    if shared_consumer and (run_cfg is not None or sub_via == "assign"):
+        raise ConfigError("--shared-consumer", "a run directory's test.json says whether its consumers shared one"
+                          if run_cfg is not None else "only subscribers share a consumer, not --sub-via assign")
     try:
-        opts = CheckOptions(sub_via=sub_via or "assign", txn=txn, ww_deps=not no_ww_deps,
-                            ignore=tuple(ignore or ()), guarantee=guarantee)
+        opts = CheckOptions(sub_via=sub_via or ("subscribe" if shared_consumer else "assign"), txn=txn,
+                            ww_deps=not no_ww_deps, ignore=tuple(ignore or ()), guarantee=guarantee,
+                            shared_consumer=shared_consumer)
     except ValueError as e:
         raise ConfigError("check", str(e)) from None
     streamed = False

@@ -122,3 +122,32 @@ def test_bad_option_is_a_clear_error(tmp_path):
     p = run(str(write(tmp_path, only_unseen())), "--sub-via", "telepathy")
     assert p.returncode == 3
     assert "sub_via must be one of assign, subscribe" in p.stderr
+
+
+def _shared_consumer_poll(**marks) -> H:
+    """Key 1's poll skips 11 (another subscriber read it) and steps back to 10."""
+    h = H()
+    for i in range(3):
+        h.send(0, 1, 10 + i, i)
+    h.poll(1, {1: [(0, 10), (2, 12), (0, 10)]}, **marks)
+    h.poll(2, {1: [(1, 11)]})
+    return h
+
+
+def test_a_bare_history_of_a_shared_consumer_is_checked_as_one(tmp_path):
+    marked = str(write(tmp_path, _shared_consumer_poll(redelivered={"1": [0]}), "marked.jsonl"))
+    unmarked = str(write(tmp_path, _shared_consumer_poll(), "unmarked.jsonl"))
+    # Without the flag a subscriber owns its key: the gap and the step back are bad.
+    assert run(marked, "--sub-via", "subscribe").returncode == 1
+    # With it (subscribe implied) the gap went to another consumer and 10 was redelivered...
+    p = run(marked, "--shared-consumer")
+    assert p.returncode == 0, p.stdout + p.stderr
+    # ...but a step back to a message the poll does not mark redelivered is still bad.
+    p = run(unmarked, "--shared-consumer", "--json")
+    assert p.returncode == 1 and json.loads(p.stdout)["bad_error_types"] == ["int-nonmonotonic-poll"]
+
+
+def test_shared_consumer_with_assign_is_a_usage_error(tmp_path):
+    path = write(tmp_path, only_unseen())
+    p = run(str(path), "--shared-consumer", "--sub-via", "assign")
+    assert p.returncode == 3 and "--shared-consumer" in p.stderr and "Traceback" not in p.stderr

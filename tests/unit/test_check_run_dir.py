@@ -79,3 +79,25 @@ def test_a_rerun_check_keeps_what_the_runs_drain_knew(tmp_path):
     assert "to the end of its log" in " ".join(out.stdout.split())
     (d / "results.json").write_text("{not json")
     assert check(str(d)).returncode == 1  # an unreadable results.json is ignored, not a traceback
+
+
+def test_a_jetstream_subscribe_run_is_checked_as_a_shared_consumer(tmp_path):
+    # Its test.json says the system, and the system that its subscribers share a consumer:
+    # a gap inside a poll is not bad, nor a step back to a message the poll marks redelivered.
+    cfg = TestConfig(system="jetstream", client="nats-py", sub_via="subscribe")
+
+    def history(**marks) -> list[Op]:
+        h = H()
+        for i in range(3):
+            h.send(0, 1, 10 + i, i)
+        h.poll(1, {1: [(0, 10), (2, 12), (0, 10)]}, **marks)
+        h.poll(2, {1: [(1, 11)]})
+        return h.ops
+
+    marked = check(str(run_dir(tmp_path / "a", cfg, history(redelivered={"1": [0]}))))
+    assert marked.returncode == 0, marked.stdout + marked.stderr
+    unmarked = check(str(run_dir(tmp_path / "b", cfg, history())))
+    assert unmarked.returncode == 1 and "int-nonmonotonic-poll" in unmarked.stdout
+    # The flag is for a bare history: a run directory already says.
+    flagged = check(str(tmp_path / "a" / "run"), "--shared-consumer")
+    assert flagged.returncode == 3 and "test.json" in flagged.stderr and "Traceback" not in flagged.stderr

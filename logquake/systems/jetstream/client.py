@@ -78,6 +78,8 @@ How the queue's words map onto JetStream:
   a batch that ended info as one batch again (a `resend` op): ok when it is stored now,
   ok with `duplicate` and offsets unknown when the leader rejects it for Msg-Ids the
   stream holds (the batch was stored whole before), fail when it certainly stored nothing.
+  A transaction invoked while nats-py is between servers waits for it to reach one, for its
+  op's time less one attempt's, and fails (nothing sent) only when none answered by then.
 
 nats-py is asyncio and the runner's workers are threads: every client's connection lives on
 the process's one event loop thread (`_Loop`), and `invoke` hands an op to it and waits for
@@ -135,6 +137,7 @@ BULK_BUDGET = 0.5  # a final poll reads in bulk for this share of op_timeout (`b
 PUBLISH_TIMEOUT = 2.0  # one publish attempt waits this long for its PubAck
 ENDS_TIMEOUT = 5.0  # a final assign asks each key's end of the log within this
 RETRY_BACKOFF = 0.1
+SERVER_POLL = 0.05  # a transaction waiting for nats-py to reach a server looks this often (`_await_server`)
 NODE_ATTEMPTS = 40  # direct gets per read until the node asked answers one itself
 ATTEMPT_TIMEOUT = 1.0  # one direct get waits this long for its answer and the node's trace event
 NODE_READ_TIMEOUT = 8.0  # all attempts of one read from a node, within an op's 10 s
@@ -799,16 +802,19 @@ class JetStreamClient(QueueClient):
         value = [list(m) for m in op.value]
         if (why := batch.refusal(value)) is not None:
             return complete(op, FAIL, value, error=why)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.op_timeout
+        # A batch waits for the server it goes to, as a Kafka producer waits for a broker within
+        # its delivery timeout, leaving one attempt's time (a 60-min soak refused 445 of its
+        # first 20 min's 22,819 sends at once, nats-py being between servers after a fault).
+        if (why := await self._await_server(deadline - PUBLISH_TIMEOUT)) is not None:
+            return complete(op, FAIL, value, error=f"{why}: no batch sent")
         # Config load refused a server too old (system.py); an external or mixed cluster's
         # server is only known here.
         sv = self._nc.connected_server_version
-        if sv.major == 0:  # nats-py between servers has no INFO yet ("0.0.0-unknown"): nothing sent
-            return complete(op, FAIL, value, error="no server connected (the client is reconnecting): no batch sent")
         if (why := batch.server_refusal(f"{sv.major}.{sv.minor}.{sv.patch}", msg_ids=self.idempotent)) is not None:
             return complete(op, FAIL, value, error=why)
         k, values = value[0][1], [m[2] for m in value]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.op_timeout
         sent = _Attempts()  # each attempt that may have stored the batch, for the duplicate window
         errors: list[str] = []
         while True:
@@ -831,6 +837,24 @@ class JetStreamClient(QueueClient):
                 return _with_attempts(complete(op, INFO if sent.at else FAIL, value, error=_attempt_errors(errors)),
                                       sent, False)
             await asyncio.sleep(RETRY_BACKOFF)
+
+    async def _await_server(self, until: float) -> str | None:
+        """None once the connection is at a server whose INFO it has (connected, its version
+        known), or why not by loop time `until`.
+
+        nats-py reconnects on its own, and between servers `connected_server_version` is the
+        last server's, or "0.0.0-unknown" once it reached one that has not answered yet (a
+        paused one holds it `connect_timeout`). nats-py tells of a reconnect only through the
+        callback `connect` gives it, so this looks in short sleeps on the shared loop."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while not (self._nc.is_connected and self._nc.connected_server_version.major != 0):
+            if self._nc.is_closed:
+                return "the connection is closed"
+            if (left := until - loop.time()) <= 0:
+                return f"no server connected within {loop.time() - start:.1f} s (the client is reconnecting)"
+            await asyncio.sleep(min(SERVER_POLL, left))
+        return None
 
     async def _batch(self, k: int, values: list[Any], *,
                      abort: bool) -> tuple[batch.Committed | batch.Held | str, str, bool]:

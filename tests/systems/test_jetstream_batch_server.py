@@ -166,8 +166,9 @@ def test_a_transaction_no_server_answers_in_time_fails_having_sent_nothing(tmp_p
         done = c.invoke(_op("send", _sends(1, 2)))
         took = time.monotonic() - start
         assert done.type == FAIL and "no server connected within" in done.get("error"), done
-        # It waited the op's time less one attempt's, and no longer than the op's time.
-        assert op_timeout - PUBLISH_TIMEOUT - 0.5 <= took < op_timeout + 1.0, took
+        # It waited the op's time less one attempt's, and then gave up (the upper bound only
+        # says it did not hang: a loaded machine runs the loop late).
+        assert op_timeout - PUBLISH_TIMEOUT - 0.5 <= took < op_timeout + 10.0, took
         a.start("n1")
         wait_ready(a)
         deadline = time.monotonic() + 30

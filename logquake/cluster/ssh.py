@@ -9,7 +9,7 @@ always refused. With `sudo`, every command runs under `sudo -n`, so files are mo
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import shlex
 import threading
 import time
@@ -124,20 +124,25 @@ class SshHost:
 
 
 def _collect(chan: paramiko.Channel, timeout: float) -> tuple[int, bytes, bytes]:
-    """Read stdout and stderr as they come (neither can fill up and stall the other)."""
+    """Read stdout and stderr as they come (neither can fill up and stall the other).
+
+    Waits with a selector (epoll here), not select(): a process holding more than 1024 files
+    gets a channel fd select() refuses ("filedescriptor out of range")."""
     out, err = bytearray(), bytearray()
     deadline = time.monotonic() + timeout
-    while True:
-        while chan.recv_ready():
-            out += chan.recv(65536)
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            break
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return 124, bytes(out), bytes(err) + f"\ntimed out after {timeout}s".encode()
-        select.select([chan], [], [], min(left, 0.5))
+    with selectors.DefaultSelector() as waiter:
+        waiter.register(chan, selectors.EVENT_READ)
+        while True:
+            while chan.recv_ready():
+                out += chan.recv(65536)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return 124, bytes(out), bytes(err) + f"\ntimed out after {timeout}s".encode()
+            waiter.select(min(left, 0.5))
     return chan.recv_exit_status(), bytes(out), bytes(err)
 
 

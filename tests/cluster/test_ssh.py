@@ -54,6 +54,22 @@ def test_ssh_host_meets_the_host_contract_and_checks_host_keys(tmp_path):
             SshHost(_entry(lab, "n1", known_hosts=str(wrong), accept_new_host_keys=True)).exec(["true"])
 
 
+def test_a_command_runs_in_a_process_holding_more_than_1024_files(tmp_path):
+    # select() refuses an fd above 1024, which the suite's own process reached once: the
+    # channel is waited on with a selector.
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with ssh_lab(1, tmp_path) as lab:
+            host = SshHost(_entry(lab, "n1"))
+            try:
+                assert tuple(host.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])) == (3, "out\n", "err\n")
+            finally:
+                host.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def test_host_entries_are_checked():
     with pytest.raises(ConfigError, match=r"hosts\[0\].address"):
         parse_hosts(({"user": "x"},), "ssh")

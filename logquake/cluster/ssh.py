@@ -61,14 +61,17 @@ class SshHost:
                                timeout=self._timeout, banner_timeout=self._timeout, auth_timeout=self._timeout,
                                allow_agent=e.key is None, look_for_keys=e.key is None)
             except paramiko.BadHostKeyException as x:
+                client.close()  # its transport (a socket, a thread) may be up
                 raise MissingPrerequisite(f"{self.name}: host key of {e.address} changed: {x}",
                                           hint=f"check the machine, then fix {known}") from None
             except paramiko.SSHException as x:
+                client.close()  # its transport (a socket, a thread) may be up
                 hint = (f"add its key to {known} (ssh-keyscan) or set accept_new_host_keys: true"
                         if "not found in known_hosts" in str(x) else "check address, user and key")
                 raise MissingPrerequisite(f"{self.name}: ssh to {e.user}@{e.address}:{e.port} failed: {x}",
                                           hint=hint) from None
             except OSError as x:
+                client.close()  # its transport (a socket, a thread) may be up
                 raise MissingPrerequisite(f"{self.name}: cannot reach {e.address}:{e.port}: {x}") from None
             self._client = client
             return client

@@ -7,6 +7,7 @@ memory, a segment's end) is crossed often."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import tempfile
@@ -32,6 +33,19 @@ def _batch(n: int, ts: int, value: int) -> bytes:
     for i in range(n):
         b.append(i, timestamp=ts + i, key=None, value=b"v" * value, headers=[])
     return bytes(b.build())
+
+
+def _open_under(d: Path) -> list[str]:
+    """The files under `d` this process holds open."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(f"{d}/"):
+            found.append(target)
+    return found
 
 
 batches = st.lists(st.tuples(st.integers(1, 3), st.integers(0, 2000), st.integers(0, 120)), min_size=1, max_size=3)
@@ -102,7 +116,11 @@ class WindowModel(RuleBasedStateMachine):
         """Stop with no close: the last periodic checkpoint (if any) and the log's tail."""
         self.store.checkpoints._wait()  # noqa: SLF001 - a write in flight ends either way; let it
         self.store.checkpoints.source = None
-        self.store._log._closed = True  # noqa: SLF001 - abandoned, as a killed process leaves it
+        log_ = self.store._log  # noqa: SLF001
+        log_._closed = True  # noqa: SLF001 - abandoned, as a killed process leaves it
+        if log_._fd is not None:  # noqa: SLF001 - the kernel closes a killed process's files, unsynced
+            os.close(log_._fd)  # noqa: SLF001
+            log_._fd = None  # noqa: SLF001
         self._start()
 
     @rule(data=st.data())
@@ -134,6 +152,8 @@ class WindowModel(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.store is not None:
             self.store.close()
+        # every store this example opened (crashed ones too) let go of its files
+        assert _open_under(self.dir) == []
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -25,6 +25,17 @@ def _entry(lab, node: str, **kw) -> HostEntry:
     return parse_hosts(({**values, "type": "ssh"},), "ssh")[0]
 
 
+def _sockets() -> int:
+    """How many sockets this process holds open."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
 def test_ssh_host_meets_the_host_contract_and_checks_host_keys(tmp_path):
     with ssh_lab(1, tmp_path) as lab:
         host = SshHost(_entry(lab, "n1"))
@@ -34,11 +45,13 @@ def test_ssh_host_meets_the_host_contract_and_checks_host_keys(tmp_path):
             assert lab.addresses["n1"] in host.exec(["ip", "-4", "-o", "addr"]).out
         finally:
             host.close()
+        sockets = _sockets()
         # an unknown host key is refused by default...
         empty = tmp_path / "empty_known_hosts"
         empty.write_text("")
         with pytest.raises(MissingPrerequisite, match="known_hosts"):
             SshHost(_entry(lab, "n1", known_hosts=str(empty))).exec(["true"])
+        assert _sockets() == sockets  # a refused connection is closed, not left to the server
         # ...accepted (and remembered) only when asked to
         fresh = tmp_path / "fresh" / "known_hosts"
         h = SshHost(_entry(lab, "n1", known_hosts=str(fresh), accept_new_host_keys=True))
@@ -52,6 +65,7 @@ def test_ssh_host_meets_the_host_contract_and_checks_host_keys(tmp_path):
         wrong.write_text(f"{lab.addresses['n1']} {other}\n")
         with pytest.raises(MissingPrerequisite, match="changed"):
             SshHost(_entry(lab, "n1", known_hosts=str(wrong), accept_new_host_keys=True)).exec(["true"])
+        assert _sockets() == sockets
 
 
 def test_a_command_runs_in_a_process_holding_more_than_1024_files(tmp_path):

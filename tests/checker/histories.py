@@ -14,6 +14,8 @@ an op's attempts), `Timed` writes each op at the times given, as a run records t
     h.send(20.0, 20.1, 6, 1, 7, offset=2, f="resend", resend_of=orig.index)
     h.final_read(30.0, 3, {1: 3}, {1: [(1, 7), (2, 7)]})               # assign from the start, poll
 
+`shared_consumer_polls` is the gap and the redelivery a shared consumer's poll holds.
+
 For simulated histories (logquake.checker.generate): `with_bug` is a small fixed simulation
 with one bug planted (or none), `sim_configs` draws small simulation settings for Hypothesis; `oddly_read`, `swap_sends`, `shift_offsets` and `scale_values`
 rewrite a history so that reads go back or skip, a process's sends go back, offsets lie
@@ -136,6 +138,18 @@ class Timed:
         self._add(t + 0.01, p, "ok", "assign", list(ends), final=True, seek_to_beginning=True,
                   ends={str(k): e for k, e in ends.items()})
         self.poll(t + 0.02, p, reads, final=True, positions={str(k): e for k, e in ends.items()})
+
+
+def shared_consumer_polls(**marks: Any) -> H:
+    """What a shared consumer (JetStream's subscribe) does: process 1's poll of key 1 skips 11
+    (process 2 was handed it) and then gets 10 again, redelivered after its ack wait; `marks`
+    are the poll's extra fields (`redelivered={"1": [0]}` says so)."""
+    h = H()
+    for i in range(3):
+        h.send(0, 1, 10 + i, i)
+    h.poll(1, {1: [(0, 10), (2, 12), (0, 10)]}, **marks)
+    h.poll(2, {1: [(1, 11)]})
+    return h
 
 
 def oddly_read(ops: list[Op], seed: int) -> list[Op]:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from logquake.history import write_history
-from tests.checker.histories import H
+from tests.checker.histories import H, shared_consumer_polls
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -124,19 +124,9 @@ def test_bad_option_is_a_clear_error(tmp_path):
     assert "sub_via must be one of assign, subscribe" in p.stderr
 
 
-def _shared_consumer_poll(**marks) -> H:
-    """Key 1's poll skips 11 (another subscriber read it) and steps back to 10."""
-    h = H()
-    for i in range(3):
-        h.send(0, 1, 10 + i, i)
-    h.poll(1, {1: [(0, 10), (2, 12), (0, 10)]}, **marks)
-    h.poll(2, {1: [(1, 11)]})
-    return h
-
-
 def test_a_bare_history_of_a_shared_consumer_is_checked_as_one(tmp_path):
-    marked = str(write(tmp_path, _shared_consumer_poll(redelivered={"1": [0]}), "marked.jsonl"))
-    unmarked = str(write(tmp_path, _shared_consumer_poll(), "unmarked.jsonl"))
+    marked = str(write(tmp_path, shared_consumer_polls(redelivered={"1": [0]}), "marked.jsonl"))
+    unmarked = str(write(tmp_path, shared_consumer_polls(), "unmarked.jsonl"))
     # Without the flag a subscriber owns its key: the gap and the step back are bad.
     assert run(marked, "--sub-via", "subscribe").returncode == 1
     # With it (subscribe implied) the gap went to another consumer and 10 was redelivered...

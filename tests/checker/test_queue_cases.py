@@ -7,7 +7,7 @@ import pytest
 from logquake.checker import CheckOptions, check_history
 from logquake.checker.queue_stream import HistoryFile
 from logquake.history import Op, load_history, write_history
-from tests.checker.histories import H
+from tests.checker.histories import H, shared_consumer_polls
 
 
 def ref(op):
@@ -209,27 +209,15 @@ def test_int_poll_skip_exempt_after_rebalance():
     assert check(h)["valid"] is True
 
 
-def _shared_consumer_history(**marks) -> H:
-    """Process 1's poll of key 1 skips 11 (process 2 was handed it) and then gets 10 again
-    (redelivered after its ack wait; `marks` are the poll's extra fields): what a shared
-    consumer does."""
-    h = H()
-    for i in range(3):
-        h.send(0, 1, 10 + i, i)
-    h.poll(1, {1: [(0, 10), (2, 12), (0, 10)]}, **marks)
-    h.poll(2, {1: [(1, 11)]})
-    return h
-
-
 def test_a_shared_consumers_gaps_and_redeliveries_in_one_poll_are_not_bad():
-    shared = check(_shared_consumer_history(redelivered={"1": [0]}), sub_via="subscribe", shared_consumer=True)
+    shared = check(shared_consumer_polls(redelivered={"1": [0]}), sub_via="subscribe", shared_consumer=True)
     assert shared["valid"] is True
     assert "int-poll-skip" in shared["error_types"]  # reported: the gap went to another worker
     assert "int-nonmonotonic-poll" not in shared["error_types"]  # the server said it delivered 10 again
     # The same polls from a Kafka group, or from consumers that were assigned: a partition
     # has one reader, which must read it in order, whatever the op says of redeliveries.
     for opts in ({"sub_via": "subscribe"}, {"sub_via": "assign", "shared_consumer": True}):
-        r = check(_shared_consumer_history(redelivered={"1": [0]}), **opts)
+        r = check(shared_consumer_polls(redelivered={"1": [0]}), **opts)
         assert r["valid"] is False and {"int-poll-skip", "int-nonmonotonic-poll"} <= set(r["bad_error_types"]), opts
 
 
@@ -239,7 +227,7 @@ def test_a_shared_consumer_that_steps_back_to_a_first_delivery_is_nonmonotonic(m
     # Unmarked, or another offset or key marked (or a mark that is no list): 10's second
     # delivery is a first one as far as the op knows, and a consumer hands out new messages
     # in log order.
-    r = check(_shared_consumer_history(**marks), sub_via="subscribe", shared_consumer=True)
+    r = check(shared_consumer_polls(**marks), sub_via="subscribe", shared_consumer=True)
     assert r["valid"] is False and r["bad_error_types"] == ["int-nonmonotonic-poll"]
     assert errs(r, "int-nonmonotonic-poll")[0]["values"] == [12, 10]
 
@@ -247,7 +235,7 @@ def test_a_shared_consumer_that_steps_back_to_a_first_delivery_is_nonmonotonic(m
 @pytest.mark.parametrize("marks", [{"redelivered": {"1": [0]}}, {}])
 def test_a_redelivery_mark_counts_when_the_history_is_checked_from_its_file(tmp_path, marks):
     path = tmp_path / "history.jsonl"
-    write_history(path, _shared_consumer_history(**marks).ops)
+    write_history(path, shared_consumer_polls(**marks).ops)
     opts = CheckOptions(sub_via="subscribe", shared_consumer=True)
     streamed, in_memory = check_history(HistoryFile(path), opts), check_history(load_history(path), opts)
     assert streamed["valid"] is in_memory["valid"] is (marks != {})

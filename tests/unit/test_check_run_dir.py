@@ -8,7 +8,7 @@ from pathlib import Path
 
 from logquake.config import TestConfig, save_config
 from logquake.history import Op, write_history
-from tests.checker.histories import H
+from tests.checker.histories import H, shared_consumer_polls
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
@@ -85,18 +85,9 @@ def test_a_jetstream_subscribe_run_is_checked_as_a_shared_consumer(tmp_path):
     # Its test.json says the system, and the system that its subscribers share a consumer:
     # a gap inside a poll is not bad, nor a step back to a message the poll marks redelivered.
     cfg = TestConfig(system="jetstream", client="nats-py", sub_via="subscribe")
-
-    def history(**marks) -> list[Op]:
-        h = H()
-        for i in range(3):
-            h.send(0, 1, 10 + i, i)
-        h.poll(1, {1: [(0, 10), (2, 12), (0, 10)]}, **marks)
-        h.poll(2, {1: [(1, 11)]})
-        return h.ops
-
-    marked = check(str(run_dir(tmp_path / "a", cfg, history(redelivered={"1": [0]}))))
+    marked = check(str(run_dir(tmp_path / "a", cfg, shared_consumer_polls(redelivered={"1": [0]}).ops)))
     assert marked.returncode == 0, marked.stdout + marked.stderr
-    unmarked = check(str(run_dir(tmp_path / "b", cfg, history())))
+    unmarked = check(str(run_dir(tmp_path / "b", cfg, shared_consumer_polls().ops)))
     assert unmarked.returncode == 1 and "int-nonmonotonic-poll" in unmarked.stdout
     # The flag is for a bare history: a run directory already says.
     flagged = check(str(tmp_path / "a" / "run"), "--shared-consumer")

@@ -199,10 +199,12 @@ async def _connect(urls: str):  # type: ignore[no-untyped-def]
                               error_cb=quiet)
 
 
-async def _add_stream(js, name: str, subjects: list[str], deadline: float) -> None:  # type: ignore[no-untyped-def]
+async def add_stream(js, name: str, subjects: list[str], deadline: float,  # type: ignore[no-untyped-def]
+                     *, replicas: int = 3, **config: Any) -> None:
+    """A file stream (`config`: more StreamConfig fields), tried again until `deadline`."""
     from nats.js.api import StorageType, StreamConfig
 
-    cfg = StreamConfig(name=name, subjects=subjects, num_replicas=3, storage=StorageType.FILE)
+    cfg = StreamConfig(name=name, subjects=subjects, num_replicas=replicas, storage=StorageType.FILE, **config)
     while True:  # a stream needs a meta leader and its replicas' group to come up
         try:
             await js.add_stream(cfg)
@@ -217,7 +219,7 @@ async def _jetstream(urls: str, messages: int, size: int, inflight: int) -> dict
     nc = await _connect(urls)
     try:
         js = nc.jetstream(publish_async_max_pending=inflight)
-        await _add_stream(js, "BENCH", ["bench"], time.monotonic() + 120)
+        await add_stream(js, "BENCH", ["bench"], time.monotonic() + 120)
         value = b"x" * size
         lat: list[float] = []
         errors: list[BaseException] = []
@@ -266,7 +268,7 @@ async def _raw_send(js, k: int, v: Any) -> int:  # type: ignore[no-untyped-def]
         try:
             return (await js.publish(subject(k), str(v).encode(), timeout=2.0)).seq
         except nats.js.errors.NoStreamResponseError:  # the first send to a key makes its stream
-            await _add_stream(js, stream_name(k), [subject(k)], time.monotonic() + 30)
+            await add_stream(js, stream_name(k), [subject(k)], time.monotonic() + 30)
         except nats.errors.TimeoutError:  # a stream still electing its leader answers nothing
             pass
 
@@ -379,7 +381,7 @@ async def _jetstream_first_ack(urls: str) -> None:
     nc = await _connect(urls)
     try:
         js = nc.jetstream(timeout=5.0)
-        await _add_stream(js, "UP", ["up"], time.monotonic() + 120)
+        await add_stream(js, "UP", ["up"], time.monotonic() + 120)
         await js.publish("up", b"x")
     finally:
         await nc.close()

@@ -51,8 +51,7 @@ from typing import Any
 
 import nats
 import psutil
-from bench_jetstream import free_ports
-from nats.js.api import StorageType, StreamConfig
+from bench_jetstream import add_stream, free_ports
 
 from logquake.systems.base import NodeSpec
 from logquake.systems.jetstream.client import msg_id, stream_name, subject
@@ -198,19 +197,8 @@ async def load(urls: str, replicas: int, n: int, mode: str) -> None:
     try:
         js = nc.jetstream(timeout=10, publish_async_max_pending=INFLIGHT)
         for k in range(STREAMS):
-            cfg = StreamConfig(name=stream_name(k), subjects=[subject(k)], num_replicas=replicas,
-                               storage=StorageType.FILE)
-            if mode == "ids-old":
-                cfg.duplicate_window = OLD_WINDOW_S
-            deadline = time.monotonic() + 60
-            while True:  # a clustered stream needs its meta leader first
-                try:
-                    await js.add_stream(cfg)
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.1)
+            window = {"duplicate_window": OLD_WINDOW_S} if mode == "ids-old" else {}
+            await add_stream(js, stream_name(k), [subject(k)], time.monotonic() + 60, replicas=replicas, **window)
         pad = "x" * PAD
         futs = []
         for v in range(n):

@@ -23,6 +23,7 @@ from logquake.workloads.kafka_adapter import ENDS_TIMEOUT, OPEN_ABORTED_S, TXN_T
 log = logging.getLogger("logquake.client.kafka-python")
 
 _ids = itertools.count()
+FORCE_CLOSE_WAIT = 5.0  # s for a force-closed producer's I/O thread to fail its records and end
 TXN_IDS = TxnIds(f"lq-kp-txn-{os.getpid()}")
 
 # Exception classes that mean "certainly not written". Each entry says why.
@@ -113,7 +114,7 @@ class KafkaPythonClient(KafkaAdapter):
         return KafkaConsumer(**consumer_config(self._bootstrap, txn=self.txn, sub_via=self.sub_via))
 
     def _discard_producer(self, producer: KafkaProducer) -> None:
-        producer.close(timeout=0)
+        _close_producer(producer, timeout=0)
 
     def _fence(self, producer: KafkaProducer) -> bool:
         """init_transactions (bounded by max_block_ms): fences the id's previous producer and
@@ -129,7 +130,7 @@ class KafkaPythonClient(KafkaAdapter):
         for thing in (producer, consumer):
             try:
                 if thing is not None:
-                    thing.close(timeout=1) if thing is producer else thing.close()
+                    _close_producer(thing, timeout=1) if thing is producer else thing.close()
             except Exception:  # noqa: BLE001 - close never raises
                 pass
 
@@ -331,6 +332,20 @@ class KafkaPythonClient(KafkaAdapter):
 
     def _err_text(self, err: BaseException | str) -> str:
         return _err_text(err)
+
+def _close_producer(producer: KafkaProducer, *, timeout: float) -> None:
+    """Close, sending nothing more after `timeout`. kafka-python's close() flushes first and,
+    when records are still unsent at the timeout, raises before it stops its I/O thread: that
+    thread would go on (sockets, retries) and send them after the op was recorded, for the
+    process's life. So stop it as close does past its timeout (force_close: pending records
+    fail), then close. Private attributes: kafka-python is pinned (pyproject.toml)."""
+    try:
+        producer.close(timeout=timeout)
+    except kerr.KafkaTimeoutError:
+        producer._sender.force_close()
+        producer._sender.join(FORCE_CLOSE_WAIT)
+        producer.close(timeout=0)
+
 
 def _fill(value: list[list[Any]], i: int, md: Any) -> None:
     """Complete send micro-op i from the broker's record metadata."""

@@ -282,6 +282,7 @@ class _SecondResponder:
 
     def __init__(self, servers: str, k: int) -> None:
         self.servers, self.k, self.answered = servers.split(","), k, 0
+        self.rejected = threading.Event()  # its one answer sent
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -295,6 +296,8 @@ class _SecondResponder:
             if self.answered == 0 and (msg.headers or {}).get(batch.BATCH_COMMIT):
                 self.answered += 1
                 await msg.respond(_INCOMPLETE % self.k)
+                await nc.flush()  # the server has it, ahead of anything the leader answers later
+                self.rejected.set()
 
         await nc.subscribe(f"lq.{self.k}", cb=answer)
         await nc.flush()
@@ -338,11 +341,20 @@ def test_a_commit_rejected_by_a_second_responder_while_the_leader_stored_it_is_n
     try:
         with _SecondResponder(url, k) as second:
             # The leader stages the batch alone but commits it only with a follower: with both
-            # paused the second responder's rejection comes first. A second later they are
-            # back and the leader stores the batch it proposed.
+            # paused the second responder's rejection comes first. A second after it (not a
+            # second after the send: the responder's thread may be that late on a loaded
+            # machine, and the leader's answer would then come first) they are back and the
+            # leader stores the batch it proposed.
             for n in followers:
                 cluster.pause(n)
-            resume = threading.Timer(1.0, lambda: [cluster.resume(n) for n in followers])
+
+            def resume_after_the_rejection() -> None:
+                second.rejected.wait(60)
+                time.sleep(1.0)
+                for n in followers:
+                    cluster.resume(n)
+
+            resume = threading.Thread(target=resume_after_the_rejection)
             resume.start()
             try:
                 done = c.invoke(_op("send", _sends(k, 2, 3)))

@@ -28,8 +28,11 @@ from logquake.workloads.confluent import ConfluentClient
 
 KEY = 7  # the transaction's writes
 IDLE_KEY = 8  # assigned and never written: the poll micro-op waits out its poll_timeout
-PAUSE_AT = 1.0  # s into the aborted op: during its poll, after the first send was answered
-RESUME_AT = 9.5  # s into the aborted op: after the abort began (2 s poll + 6 s flush + 0.3 s)
+POLL_TIMEOUT = 0.5  # the poll the broker is paused at; the second send then times out (5 s) in the flush (6 s)
+RESUME_AFTER = 1.2  # s into the abort (begun ~6.8 s into the op, waiting up to 6 s): after its purge
+# The resume comes ~8 s into the op, 2 s before the transaction's timeout (TXN_TIMEOUT_MS, 10 s
+# from the first send): had the coordinator expired it first, the abort would be answered
+# fenced. (With a 2 s poll the resume came at 9.5 s.)
 
 
 def _op(f, value, **extra):
@@ -60,21 +63,42 @@ def _read(cluster, *, txn: bool, want: int) -> list[list[int]]:
     return got
 
 
+def _paused_from_the_poll_to_the_abort(client: ConfluentClient, cluster) -> list[threading.Timer]:
+    """The schedule above, set by the op's own steps rather than by timers from its start
+    (a loaded machine ran the op behind them): at the poll, once the first send is answered,
+    the broker is paused; 1.2 s into the abort it resumes. The resume's timer, for joining."""
+    poll_one, abort = client._poll_one, client._abort
+    resumes: list[threading.Timer] = []
+
+    def paused_poll(value, i):
+        client._poll_one = poll_one
+        assert client._producer is not None
+        assert client._producer.flush(30) == 0, "the first send was not answered"
+        cluster.pause(1)
+        return poll_one(value, i)
+
+    def abort_then_resume(*args):
+        client._abort = abort
+        resumes.append(threading.Timer(RESUME_AFTER, cluster.resume, (1,)))
+        resumes[0].start()
+        return abort(*args)
+
+    client._poll_one, client._abort = paused_poll, abort_then_resume
+    return resumes
+
+
 def test_the_transaction_after_an_abort_that_purged_a_sent_message_writes_at_new_offsets(cluster):
-    c = Validated(ConfluentClient(txn=True, poll_timeout=2.0, op_timeout=6.0))
+    c = Validated(ConfluentClient(txn=True, poll_timeout=POLL_TIMEOUT, op_timeout=6.0))
     c.open(cluster.bootstrap_servers)
     try:
         assert c.invoke(_op("assign", [IDLE_KEY])).type == OK
         assert c.invoke(_op("txn", [["send", KEY, 1]])).type == OK
-        pause = threading.Timer(PAUSE_AT, cluster.pause, (1,))
-        resume = threading.Timer(RESUME_AT, cluster.resume, (1,))
-        pause.start()
-        resume.start()
+        resumes = _paused_from_the_poll_to_the_abort(c.client, cluster)
         try:
             aborted = c.invoke(_op("txn", [["send", KEY, 2], ["poll"], ["send", KEY, 3]], abort=True))
         finally:
-            pause.join()
-            resume.join()
+            for resume in resumes:
+                resume.join()
             cluster.resume(1)
         assert aborted.type == FAIL, aborted  # the abort was confirmed
         assert aborted.value[2] == ["send", KEY, 3], aborted  # never acknowledged

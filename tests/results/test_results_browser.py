@@ -7,6 +7,7 @@ test's tmp dir (printed on failure) for a person to judge the layout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -218,7 +219,14 @@ def test_report_layout_keeps_tables_and_plots_in_their_columns_in_chromium(brows
     page, problems, _ = open_report(browser, write_report(run))
     try:
         page.set_viewport_size({"width": 1000, "height": 1000})  # a laptop's window: columns narrow
-        page.wait_for_timeout(500)  # the responsive plots redraw
+        # The responsive plots redraw (0.1-0.2 s here, later on a loaded machine): until each
+        # plot's svg fits its own box, at most 30 s; what still does not fit, the checks below name.
+        with contextlib.suppress(sync_api.TimeoutError):
+            page.wait_for_function("""(plots) => plots.every(p => {
+                const box = document.querySelector('#plot-' + p).getBoundingClientRect();
+                const svg = document.querySelector('#plot-' + p + ' .main-svg').getBoundingClientRect();
+                return svg.right <= box.right + 1 && svg.left >= box.left - 1;
+            })""", arg=list(PLOTS), timeout=30_000)
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True, timeout=120_000)
         print(f"screenshots in {tmp_path}")
         overflow = page.evaluate("""() => [...document.querySelectorAll('#summary .grid > div')].map(col => {

@@ -168,7 +168,18 @@ async def _fill_alive(url: str, n: int, hole: int, *, replicas: int) -> None:
     try:
         js = nc.jetstream(timeout=10)
         await js.add_stream(JetStreamClient(replicas=replicas, op_timeout=4.0)._stream_config(ALIVE))
-        await asyncio.gather(*[await js.publish_async(subject(ALIVE), str(v).encode()) for v in range(1, n + 1)])
+        # The stream's subject reaches the other servers' routes after add_stream answers: a
+        # publish through one that has not heard yet goes nowhere ("no response from stream",
+        # seen on a loaded machine). The first one waits for that, the rest follow it.
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            try:
+                await js.publish(subject(ALIVE), b"1")
+                break
+            except nats.js.errors.NoStreamResponseError:
+                assert asyncio.get_running_loop().time() < deadline, "the stream never answered"
+                await asyncio.sleep(0.1)
+        await asyncio.gather(*[await js.publish_async(subject(ALIVE), str(v).encode()) for v in range(2, n + 1)])
         await js.delete_msg(stream_name(ALIVE), hole)
     finally:
         await nc.close()

@@ -29,9 +29,11 @@ def test_queue_workload_against_a_separately_started_cluster(tmp_path):
     with LocalCluster(n=3, base_dir=tmp_path / "brokers") as brokers:
         brokers.wait_ready()
         quick = tmp_path / "quick.yaml"
-        quick.write_text("recovery_time: 1\ndrain_time: 10\n")
+        # No faults: nothing to recover from (the runner still waits until the brokers serve).
+        # 5 s at 40 ops/s is ~200 ops, four times the 50 asserted below.
+        quick.write_text("recovery_time: 0\ndrain_time: 10\n")
         code, run_dir, res, out = _run(tmp_path, "-c", str(quick), "--backend", "external", "--bootstrap-servers",
-                                       brokers.bootstrap_servers, "--time-limit", "8", "--rate", "40",
+                                       brokers.bootstrap_servers, "--time-limit", "5", "--rate", "40",
                                        "--concurrency", "3", "--seed", "7")
         assert res.get("valid") is True, f"{json.dumps(res)[:2000]}\n{out[-2000:]}"
         assert code == 0, out[-2000:]

@@ -8,8 +8,10 @@ import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -34,6 +36,8 @@ from tests.checker.histories import with_bug
 from tests.checker.test_duplicate_window import _resent_twice_stored
 from tests.checker.test_final_read import the_issues_history
 
+T = TypeVar("T")
+
 
 def untimed(result: dict) -> dict:
     """A result without the cycle search's wall time."""
@@ -43,6 +47,20 @@ def untimed(result: dict) -> dict:
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "logquake", *args], capture_output=True, text=True, timeout=300)
+
+
+def cli_beside(work: Callable[[], T], *args: str) -> tuple[subprocess.CompletedProcess, T]:
+    """`cli(*args)`, and `work()` in this process while the command runs: the two checks of
+    one history are independent, and on two cores neither waits for the other."""
+    cmd = [sys.executable, "-m", "logquake", *args]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        try:
+            result = work()
+            out, err = p.communicate(timeout=300)
+        except BaseException:
+            p.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err), result
 
 
 @pytest.fixture(scope="module")
@@ -187,10 +205,11 @@ def test_cli_checks_from_the_file_under_a_small_limit_with_the_in_memory_verdict
     check_history gives on the history read plainly (40k ops, every bug)."""
     size = big.stat().st_size
     between = BASE + int((CHECK_PER_BYTE + STREAMED_CHECK_PER_BYTE) / 2 * size)
-    stored = cli("check", "--txn", "--json", "--max-memory", str(between), str(big))
+    stored, in_memory = cli_beside(
+        lambda: json.loads(json.dumps(check_history(load_history(big), CheckOptions(txn=True)), default=str)),
+        "check", "--txn", "--json", "--max-memory", str(between), str(big))
     assert "straight from the file" in stored.stderr
     assert stored.returncode == 1, stored.stderr  # the planted bugs
-    in_memory = json.loads(json.dumps(check_history(load_history(big), CheckOptions(txn=True)), default=str))
     assert untimed(json.loads(stored.stdout)) == untimed(in_memory)
 
 
@@ -204,10 +223,11 @@ def test_cli_checks_200k_ops_from_the_file_under_a_small_limit_with_the_in_memor
     write_history(path, ops)
     size = path.stat().st_size
     between = BASE + int((CHECK_PER_BYTE + STREAMED_CHECK_PER_BYTE) / 2 * size)
-    stored = cli("check", "--txn", "--json", "--max-memory", str(between), str(path))
+    stored, in_memory = cli_beside(
+        lambda: json.loads(json.dumps(check_history(ops, CheckOptions(txn=True)), default=str)),
+        "check", "--txn", "--json", "--max-memory", str(between), str(path))
     assert "straight from the file" in stored.stderr
     assert stored.returncode == 1, stored.stderr  # the planted bugs
-    in_memory = json.loads(json.dumps(check_history(ops, CheckOptions(txn=True)), default=str))
     assert untimed(json.loads(stored.stdout)) == untimed(in_memory)
 
 

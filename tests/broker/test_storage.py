@@ -312,8 +312,10 @@ def _traced_growth(make) -> int:  # noqa: ANN001
 
 def test_positions_in_memory_cost_well_under_a_byte_an_entry(tmp_path: Path) -> None:
     """Sparse positions: 40,000 small entries written (and, in another log, loaded) leave
-    under half a byte each in memory. A position per entry cost 8 bytes each, most of what an
-    hour of small transactional writes left behind in a broker."""
+    under a byte each in memory (0.47 measured writing, 0.46 loading). A position per entry cost 8 bytes
+    each, most of what an hour of small transactional writes left behind in a broker. The
+    bound leaves room for what other threads of the one pytest process allocate meanwhile
+    (tracemalloc counts every thread): at half a byte that was 1 KB, and it failed once."""
     n = 40_000
 
     def write() -> SegmentLog:
@@ -333,9 +335,9 @@ def test_positions_in_memory_cost_well_under_a_byte_an_entry(tmp_path: Path) -> 
     w.append(ents(1, 10))
     w.close()
     grown = _traced_growth(write)
-    assert grown / n < 0.5, f"{grown / n:.2f} bytes an entry after writing"
+    assert grown / n < 1, f"{grown / n:.2f} bytes an entry after writing"
     grown = _traced_growth(load)
-    assert grown / n < 0.5, f"{grown / n:.2f} bytes an entry after loading"
+    assert grown / n < 1, f"{grown / n:.2f} bytes an entry after loading"
 
 
 def test_reads_from_sparse_positions_match_every_range(tmp_path: Path) -> None:

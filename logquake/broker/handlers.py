@@ -220,14 +220,20 @@ class KafkaApi:
         """Long poll: one future, woken by any watched partition's new commits or the deadline.
 
         A wake-up only counts the bytes now readable (no response is built) until they
-        reach min_bytes or a partition stops being ours to serve; then one response."""
+        reach min_bytes or a partition stops being ours to serve; then one response.
+
+        Counted before each wait too, the first included: `fetch` read the log in the
+        server's data_received, and this runs as a task a loop turn or more later; a commit
+        applied in between woke no one, and without the count the poll slept to max_wait."""
         b = req.body
         loop = asyncio.get_running_loop()
         deadline = loop.time() + b.max_wait_ms / 1000
         read_committed = b.isolation_level == 1
         leak = self.node.cfg.unsafe.get("read_committed") == "leak"
         while (remaining := deadline - loop.time()) > 0:
-            woken: asyncio.Future[None] = loop.create_future()
+            if _readable(watch, b.min_bytes, read_committed, leak) >= b.min_bytes:
+                break
+            woken: asyncio.Future[None] = loop.create_future()  # no await from the count to here
             for rep, _ in watch:
                 rep.wake_on_data(woken)
             timer = loop.call_later(remaining, _set_none, woken)
@@ -235,8 +241,6 @@ class KafkaApi:
                 await woken
             finally:
                 timer.cancel()
-            if _readable(watch, b.min_bytes, read_committed, leak) >= b.min_bytes:
-                break
         topics, _, _, _ = self._fetch_once(req)
         return self._fetch_response(req, topics)
 

@@ -194,6 +194,7 @@ class PartitionReplica(_GroupBase):
             _resolve(w.future, AppendOutcome(error_code=E.NOT_LEADER_OR_FOLLOWER))
         self._waiters.clear()
         self._persist_waiters = []
+        self._wake_fetchers()  # a long poll here is answered now (not ours to serve), not at max_wait
 
     # ---- every replica ---------------------------------------------------------------------
 

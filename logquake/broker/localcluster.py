@@ -26,6 +26,8 @@ import yaml
 from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.metadata import MetadataRequest
 
+from logquake.cluster.host import wait_stopped
+
 __all__ = ["LocalCluster", "free_ports"]
 
 
@@ -153,7 +155,10 @@ class LocalCluster:
         return p.returncode
 
     def pause(self, node_id: int) -> None:
-        os.kill(self.procs[node_id].pid, signal.SIGSTOP)
+        """SIGSTOP the broker and wait until it has stopped (host.wait_stopped says why)."""
+        pid = self.procs[node_id].pid
+        os.kill(pid, signal.SIGSTOP)
+        wait_stopped(None, pid)
 
     def resume(self, node_id: int) -> None:
         os.kill(self.procs[node_id].pid, signal.SIGCONT)

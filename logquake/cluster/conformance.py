@@ -13,7 +13,7 @@ import signal
 import tempfile
 import time
 
-from logquake.cluster.host import Host, pid_alive, run_checked, shell_join, wait_dead
+from logquake.cluster.host import Host, pid_alive, run_checked, shell_join, wait_dead, wait_stopped
 from logquake.systems.base import Kill, NodeLifecycle, Pause
 
 __all__ = ["check_host", "check_node_lifecycle"]
@@ -46,6 +46,11 @@ def check_host(host: Host, workdir: str) -> None:
     while "started with space" not in host.exec(["cat", f"{workdir}/d.log"]).out:
         assert time.monotonic() < deadline, "daemon output must reach its log file, with env set"
         time.sleep(0.02)
+    # pause as the faults send it: a SIGSTOP, then wait_stopped reads the threads' states
+    host.signal(pid, signal.SIGSTOP)
+    assert wait_stopped(host, pid), "a SIGSTOPped daemon must be seen stopped"
+    host.signal(pid, signal.SIGCONT)
+    assert not wait_stopped(host, pid, timeout=0.2), "a resumed daemon must not be seen stopped"
     host.signal(pid, signal.SIGKILL)
     assert wait_dead(host, pid), "SIGKILL must end the daemon"
     host.signal(pid, signal.SIGKILL)  # a process already gone is not an error

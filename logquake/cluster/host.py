@@ -7,6 +7,7 @@ one place that quotes them for a shell, so no caller ever builds a command strin
 
 from __future__ import annotations
 
+import glob
 import shlex
 import signal as _signal
 import time
@@ -15,7 +16,8 @@ from typing import NamedTuple, Protocol
 
 from logquake.errors import HostError
 
-__all__ = ["ExecResult", "Host", "shell_join", "run_checked", "spawn_script", "pid_alive", "wait_dead"]
+__all__ = ["ExecResult", "Host", "shell_join", "run_checked", "spawn_script", "pid_alive", "wait_dead",
+           "wait_stopped"]
 
 
 class ExecResult(NamedTuple):
@@ -99,6 +101,46 @@ def pid_alive(host: Host, pid: int) -> bool:
     """True when pid runs on host and is not a zombie (init here may never reap it)."""
     rc, out, _ = host.exec(["ps", "-o", "stat=", "-p", str(pid)], timeout=20)
     return rc == 0 and bool(out.strip()) and not out.strip().startswith("Z")
+
+
+def all_threads_stopped(task_stats: str) -> bool:
+    """Whether every line of /proc/<pid>/task/*/stat shows a stopped thread (state T or t,
+    the field after the command name's closing parenthesis); False for no line at all."""
+    states = [line.rpartition(")")[2].split()[:1] for line in task_stats.splitlines() if line.strip()]
+    return bool(states) and all(st and st[0] in ("T", "t") for st in states)
+
+
+def wait_stopped(host: Host | None, pid: int, *, timeout: float = 5.0) -> bool:
+    """Wait until every thread of pid (on host; None: this machine) is stopped after a SIGSTOP;
+    False at `timeout` (a thread in uninterruptible I/O stops when that ends) or once pid is gone.
+
+    kill() returns before the process stops: the kernel wakes one thread to begin the group
+    stop and the others run on until it does, tens of ms later on a loaded CPU, reading and
+    answering requests sent after the pause (a suite run on a loaded machine met a "paused"
+    nats-server that still took a batch)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = _task_stats(host, pid)
+        if stats is not None and all_threads_stopped(stats):
+            return True
+        if stats is None or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+
+
+def _task_stats(host: Host | None, pid: int) -> str | None:
+    """/proc/<pid>/task/*/stat, one line a thread; None when pid is gone."""
+    if host is None:
+        lines = []
+        for task in glob.glob(f"/proc/{int(pid)}/task/*/stat"):
+            try:
+                with open(task) as f:
+                    lines.append(f.read())
+            except OSError:  # a thread that ended meanwhile
+                pass
+        return "".join(lines) or None
+    rc, out, _ = host.exec(["sh", "-c", f"cat /proc/{int(pid)}/task/*/stat"], timeout=20)
+    return out if rc == 0 and out.strip() else None
 
 
 def wait_dead(host: Host, pid: int, *, timeout: float = 30.0) -> bool:

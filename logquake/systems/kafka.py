@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from logquake.cluster.host import Host, pid_alive, run_checked, wait_dead
+from logquake.cluster.host import Host, pid_alive, run_checked, wait_dead, wait_stopped
 from logquake.cluster.hostcfg import HostEntry, parse_hosts
 from logquake.cluster.shims import FAKETIME_SITE, faketime_env, mount_lazyfs, put_text, read_pid, set_clock
 from logquake.errors import ConfigError
@@ -29,6 +29,8 @@ from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System, port_o
 
 if TYPE_CHECKING:
     from logquake.config import TestConfig
+
+log = logging.getLogger("logquake.systems.kafka")
 
 __all__ = ["EXTERNAL_KAFKA", "KAFKA", "BrokerLifecycle", "ExternalLifecycle", "PidSignals", "partition_leaders"]
 
@@ -63,9 +65,12 @@ class PidSignals:
         return True
 
     def pause(self, node: str) -> bool:
+        """SIGSTOP the broker and wait until it has stopped (wait_stopped); False when it was not running."""
         pid = self._running_pid(node)
         if pid is not None:
             self.hosts[node].signal(pid, signal.SIGSTOP)
+            if not wait_stopped(self.hosts[node], pid):
+                log.warning("%s: pid %d not stopped yet, 5 s after its SIGSTOP (a thread in I/O?)", node, pid)
         return pid is not None
 
     def resume(self, node: str) -> bool:

@@ -82,12 +82,16 @@ def _batch_left_unanswered(lc, h: _History, leader: str, k: int, values: tuple[i
                            after: Callable[[str], Any]) -> Op:
     """The batch of `values` sent to key k's leader (process 1) while `paused` are paused, each
     then given to `after` (resume or kill). Its commit is unanswered: info. The producer then
-    crashes (its client closed); it comes back as a new client and process."""
+    crashes (its client closed); it comes back as a new client and process.
+
+    The batch goes to servers that have stopped: `pause` returns once every thread has (a
+    leader still running a few ms after its SIGSTOP read the commit and proposed it, and the
+    resend met its Msg-Id, in a loaded suite run)."""
     c = _client(lc, leader)
     try:
-        for n in paused:
-            lc.pause(n)
         try:
+            for n in paused:
+                lc.pause(n)
             orig = h.run(c, 1, "send", _sends(k, *values))
         finally:
             for n in paused:

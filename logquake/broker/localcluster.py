@@ -27,6 +27,7 @@ from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from logquake.cluster.host import wait_stopped
+from logquake.cluster.lab import LocalHost
 
 __all__ = ["LocalCluster", "free_ports"]
 
@@ -158,7 +159,7 @@ class LocalCluster:
         """SIGSTOP the broker and wait until it has stopped (host.wait_stopped says why)."""
         pid = self.procs[node_id].pid
         os.kill(pid, signal.SIGSTOP)
-        wait_stopped(None, pid)
+        wait_stopped(LocalHost(f"broker-{node_id}"), pid)
 
     def resume(self, node_id: int) -> None:
         os.kill(self.procs[node_id].pid, signal.SIGCONT)

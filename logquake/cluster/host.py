@@ -7,7 +7,6 @@ one place that quotes them for a shell, so no caller ever builds a command strin
 
 from __future__ import annotations
 
-import glob
 import shlex
 import signal as _signal
 import time
@@ -110,37 +109,24 @@ def all_threads_stopped(task_stats: str) -> bool:
     return bool(states) and all(st and st[0] in ("T", "t") for st in states)
 
 
-def wait_stopped(host: Host | None, pid: int, *, timeout: float = 5.0) -> bool:
-    """Wait until every thread of pid (on host; None: this machine) is stopped after a SIGSTOP;
-    False at `timeout` (a thread in uninterruptible I/O stops when that ends) or once pid is gone.
+def wait_stopped(host: Host, pid: int, *, timeout: float = 5.0) -> bool:
+    """Wait until every thread of pid is stopped after a SIGSTOP; False at `timeout` (a thread
+    in uninterruptible I/O stops when that ends) or once pid is gone.
 
     kill() returns before the process stops: the kernel wakes one thread to begin the group
     stop and the others run on until it does, tens of ms later on a loaded CPU, reading and
     answering requests sent after the pause (a suite run on a loaded machine met a "paused"
     nats-server that still took a batch)."""
+    # Every thread's stat line (a thread that ends meanwhile is skipped); rc 1 once pid is gone.
+    read = ["sh", "-c", f"cat /proc/{int(pid)}/task/*/stat 2>/dev/null; test -d /proc/{int(pid)}"]
     deadline = time.monotonic() + timeout
     while True:
-        stats = _task_stats(host, pid)
-        if stats is not None and all_threads_stopped(stats):
+        rc, stats, _ = host.exec(read, timeout=20)
+        if rc == 0 and all_threads_stopped(stats):
             return True
-        if stats is None or time.monotonic() >= deadline:
+        if rc != 0 or time.monotonic() >= deadline:
             return False
         time.sleep(0.005)
-
-
-def _task_stats(host: Host | None, pid: int) -> str | None:
-    """/proc/<pid>/task/*/stat, one line a thread; None when pid is gone."""
-    if host is None:
-        lines = []
-        for task in glob.glob(f"/proc/{int(pid)}/task/*/stat"):
-            try:
-                with open(task) as f:
-                    lines.append(f.read())
-            except OSError:  # a thread that ended meanwhile
-                pass
-        return "".join(lines) or None
-    rc, out, _ = host.exec(["sh", "-c", f"cat /proc/{int(pid)}/task/*/stat"], timeout=20)
-    return out if rc == 0 and out.strip() else None
 
 
 def wait_dead(host: Host, pid: int, *, timeout: float = 30.0) -> bool:

@@ -38,7 +38,7 @@ from logquake.config import TestConfig
 from logquake.errors import ConfigError, HostError, MissingPrerequisite
 from logquake.systems.base import NodeNeeds, NodeSetup, NodeSpec, System
 
-__all__ = ["IPTABLES", "LabCluster", "LabHost", "attach_lab", "check_lab_prerequisites", "create_lab",
+__all__ = ["IPTABLES", "LabCluster", "LabHost", "LocalHost", "attach_lab", "check_lab_prerequisites", "create_lab",
            "lab_hosts", "open_lab", "prepare_lab", "stop_lab"]
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,18 @@ class LabHost:
     def signal(self, pid: int, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)  # the lab shares the harness's pid namespace
+
+
+class LocalHost(LabHost):
+    """This machine itself as a Host: a lab node without its namespaces (the lab already shares
+    the harness's filesystem and pid namespace, so only `exec` differs: no nsenter). For
+    processes the harness starts here, as a system's tests and LocalCluster do."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, holder_pid=0)
+
+    def _enter(self) -> list[str]:
+        return []
 
 
 def _text(b: bytes | str | None) -> str:

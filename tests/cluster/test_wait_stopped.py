@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 from logquake.cluster.host import all_threads_stopped, wait_stopped
+from logquake.cluster.lab import LocalHost
 
+HERE = LocalHost("here")
 BUSY_THREADS = """
 import sys, threading
 def spin():
@@ -42,11 +44,11 @@ def test_a_paused_process_with_busy_threads_is_waited_for_until_every_thread_sto
         assert p.stdout is not None and p.stdout.readline() == "up\n"
         assert len(_states(p.pid)) == 5
         os.kill(p.pid, signal.SIGSTOP)
-        assert wait_stopped(None, p.pid)
+        assert wait_stopped(HERE, p.pid)
         assert set(_states(p.pid)) == {"T"}, _states(p.pid)  # every thread, the spinning ones too
         os.kill(p.pid, signal.SIGCONT)
-        assert not wait_stopped(None, p.pid, timeout=0.2)  # running again
+        assert not wait_stopped(HERE, p.pid, timeout=0.2)  # running again
     finally:
         p.kill()
         p.wait()
-    assert not wait_stopped(None, p.pid)  # gone: at once, not at the timeout
+    assert not wait_stopped(HERE, p.pid)  # gone: at once, not at the timeout

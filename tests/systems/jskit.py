@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from logquake.broker.localcluster import free_ports
+from logquake.cluster.lab import LocalHost
 from logquake.cluster.shims import read_pid
 from logquake.systems.base import NodeSpec
 from logquake.systems.jetstream.server import JetStreamLifecycle, JetStreamSettings
-
-from .localhost import LocalHost
 
 
 def local_lifecycle(base: Path, *, n: int = 3, settings: JetStreamSettings | None = None,

@@ -1,8 +1,7 @@
 """LocalHost keeps the Host contract every backend keeps."""
 
 from logquake.cluster.conformance import check_host
-
-from .localhost import LocalHost
+from logquake.cluster.lab import LocalHost
 
 
 def test_localhost_meets_the_host_contract(tmp_path):

@@ -1,10 +1,14 @@
-"""Small produce/consume helpers over the real clients, shared by broker tests and benchmarks."""
+"""Small produce/consume helpers over the real clients, shared by broker tests and benchmarks;
+and a raw long-polling Fetch, for the broker's wake-ups."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka.protocol.consumer import FetchRequest
 
 
 def confluent_produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str | int = "all",
@@ -52,3 +56,22 @@ def confluent_consume(bootstrap: str, topic: str, n: int, *, partition: int = 0,
     finally:
         c.close()
     return out
+
+
+def long_poll_fetch(topic: str, offset: int, *, max_wait_ms: int, min_bytes: int = 1) -> Any:
+    """A Fetch v12 of partition 0 of `topic` from `offset`, waiting up to max_wait_ms for min_bytes."""
+    F = FetchRequest[12]
+    return F(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=0,
+             session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
+                 partition=0, fetch_offset=offset, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+             forgotten_topics_data=[], rack_id="")
+
+
+def in_thread(address: tuple[str, int], req: Any, *, timeout: float) -> tuple[threading.Thread, list[Any]]:
+    """Send `req` from a started thread; the list gets its response once answered."""
+    from logquake.broker.localcluster import kafka_request
+
+    result: list[Any] = []
+    t = threading.Thread(target=lambda: result.append(kafka_request(*address, req, timeout=timeout)), daemon=True)
+    t.start()
+    return t, result

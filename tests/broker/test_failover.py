@@ -7,12 +7,10 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from kafka.protocol.consumer import FetchRequest
 
 from logquake.broker import LocalCluster
-from logquake.broker.localcluster import kafka_request
 from logquake.broker.logstats import stats_lines
-from tests.broker.clients import confluent_consume, confluent_produce
+from tests.broker.clients import confluent_consume, confluent_produce, in_thread, long_poll_fetch
 
 FAST = {"tick_ms": 50}
 
@@ -75,29 +73,6 @@ def test_10k_acks_all_survive_leader_kill_and_restart(tmp_path, idempotent) -> N
             assert [int(v) for _, v in got] == list(range(n))
 
 
-class _Poll(threading.Thread):
-    """A long-polling Fetch (v12) in a thread; `result` holds its response once answered."""
-
-    def __init__(self, address: tuple[str, int], req: object, timeout: float) -> None:
-        super().__init__(daemon=True)
-        self.result: list = []
-        self._call = lambda: self.result.append(kafka_request(*address, req, timeout=timeout))
-
-    def run(self) -> None:
-        self._call()
-
-
-def _long_poll(c: LocalCluster, node: int, topic: str, *, offset: int, max_wait_s: int) -> _Poll:
-    F = FetchRequest[12]
-    req = F(replica_id=-1, max_wait_ms=max_wait_s * 1000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-            session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
-                partition=0, fetch_offset=offset, log_start_offset=-1, partition_max_bytes=1 << 20)])],
-            forgotten_topics_data=[], rack_id="")
-    poll = _Poll(c.address(node), req, timeout=max_wait_s + 30)
-    poll.start()
-    return poll
-
-
 def test_restarted_node_rejoins_and_catches_up(tmp_path) -> None:
     with LocalCluster(n=3, base_dir=tmp_path, broker_overrides=FAST) as c:
         c.wait_ready(timeout=60)
@@ -128,7 +103,8 @@ def test_minority_partitioned_leader_stops_accepting_acks_all(tmp_path) -> None:
         assert not errors
         leader = c.leader("mi")
         others = [x for x in (1, 2, 3) if x != leader]
-        polled = _long_poll(c, leader, "mi", offset=1, max_wait_s=60)  # nothing to read past "before"
+        # A long poll on the leader, with nothing to read past "before".
+        poll, polled = in_thread(c.address(leader), long_poll_fetch("mi", 1, max_wait_ms=60_000), timeout=90)
         for x in others:
             c.pause(x)  # the leader is now cut off from the majority
         try:
@@ -139,9 +115,9 @@ def test_minority_partitioned_leader_stops_accepting_acks_all(tmp_path) -> None:
             # Check-quorum: the isolated leader steps down and says so in Metadata.
             _wait(lambda: c.leader("mi", via=leader) != leader, 30, "the isolated leader to step down")
             # A long poll it held is answered at the step-down (not ours to serve), not at max_wait.
-            polled.join(10)
-            assert polled.result, "the long poll was not answered at the step-down"
-            assert polled.result[0].responses[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+            poll.join(10)
+            assert polled, "the long poll was not answered at the step-down"
+            assert polled[0].responses[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
         finally:
             for x in others:
                 c.resume(x)

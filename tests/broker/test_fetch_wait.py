@@ -6,11 +6,12 @@ import asyncio
 import inspect
 import io
 
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logquake.broker.codec import Request, encode_response
+from tests.broker.clients import long_poll_fetch
 from tests.broker.conftest import leading_partition, one_node_config
 
 
@@ -22,11 +23,7 @@ def _batch(value: bytes) -> bytes:
 
 
 def _fetch(topic: str, offset: int, max_wait_ms: int) -> Request:
-    F = FetchRequest[12]
-    body = F(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-             session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
-                 partition=0, fetch_offset=offset, log_start_offset=-1, partition_max_bytes=1 << 20)])],
-             forgotten_topics_data=[], rack_id="")
+    body = long_poll_fetch(topic, offset, max_wait_ms=max_wait_ms)
     return Request(api_key=1, api_version=12, correlation_id=1, client_id="t", body=body, size=0)
 
 

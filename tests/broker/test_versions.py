@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
@@ -13,6 +11,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logquake.broker.apis import APIS, ApiKey
 from logquake.broker.localcluster import kafka_request
+from tests.broker.clients import in_thread, long_poll_fetch
 
 # DESIGN.md §3's ranges, plus OffsetForLeaderEpoch (23, for kafka-python consumers after a
 # leader change) and WriteTxnMarkers (27, between brokers).
@@ -106,14 +105,7 @@ def test_long_poll_fetch_returns_when_data_arrives(cluster, leader) -> None:
     hw = kafka_request(*leader, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(name="ver", partitions=[
         L.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-1, current_leader_epoch=-1)])])
     ).topics[0].partitions[0].offset
-    F = FetchRequest[12]
-    freq = F(replica_id=-1, max_wait_ms=30_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
-             session_epoch=-1, topics=[F.FetchTopic(topic="ver", partitions=[F.FetchTopic.FetchPartition(
-                 partition=0, fetch_offset=hw, log_start_offset=-1, partition_max_bytes=1 << 20)])],
-             forgotten_topics_data=[], rack_id="")
-    result: list = []
-    t = threading.Thread(target=lambda: result.append(kafka_request(*leader, freq, timeout=60)))
-    t.start()
+    t, result = in_thread(leader, long_poll_fetch("ver", hw, max_wait_ms=30_000), timeout=60)
     P = ProduceRequest[9]
     kafka_request(*leader, P(transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[P.TopicProduceData(
         name="ver", partition_data=[P.TopicProduceData.PartitionProduceData(index=0, records=_batch([b"late"]))])]))
@@ -129,15 +121,8 @@ def test_long_poll_fetch_waits_for_min_bytes(cluster, leader) -> None:
     hw = kafka_request(*leader, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(name="ver", partitions=[
         L.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-1, current_leader_epoch=-1)])])
     ).topics[0].partitions[0].offset
-    F = FetchRequest[12]
-    freq = F(replica_id=-1, max_wait_ms=30_000, min_bytes=len(_batch([b"m1"])) + 1, max_bytes=1 << 20,
-             isolation_level=0, session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic="ver", partitions=[
-                 F.FetchTopic.FetchPartition(partition=0, fetch_offset=hw, log_start_offset=-1,
-                                             partition_max_bytes=1 << 20)])],
-             forgotten_topics_data=[], rack_id="")
-    result: list = []
-    t = threading.Thread(target=lambda: result.append(kafka_request(*leader, freq, timeout=60)))
-    t.start()
+    freq = long_poll_fetch("ver", hw, max_wait_ms=30_000, min_bytes=len(_batch([b"m1"])) + 1)
+    t, result = in_thread(leader, freq, timeout=60)
     P = ProduceRequest[9]
 
     def produce(v: bytes) -> None:

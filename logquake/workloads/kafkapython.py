@@ -333,6 +333,7 @@ class KafkaPythonClient(KafkaAdapter):
     def _err_text(self, err: BaseException | str) -> str:
         return _err_text(err)
 
+
 def _close_producer(producer: KafkaProducer, *, timeout: float) -> None:
     """Close, sending nothing more after `timeout`. kafka-python's close() flushes first and,
     when records are still unsent at the timeout, raises before it stops its I/O thread: that
